@@ -1,0 +1,34 @@
+# Two commands: `make demo` sets up and runs the demo; `make test` sets up and runs every test.
+# Setup: a .venv here (unless one is active), torch if it is not importable, then this package.
+# Users with a GPU choose their torch build: make demo TORCH="torch --index-url https://download.pytorch.org/whl/cu124"
+
+PYTHON ?= python3
+VENV   ?= .venv
+TORCH  ?= torch==2.13.0
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test lab lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e ".[course,dev]"
+	@touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/minigpt demo
+
+test: setup
+	$(PY) -m pytest tests/ -q -p no:cacheprovider
+
+lab: setup
+	$(VENV)/bin/jupyter lab chapters/
+
+lint: setup
+	$(VENV)/bin/ruff check minigpt tests scripts
+
+clean:
+	rm -rf $(VENV) .pytest_cache demo_out slides

@@ -1,0 +1,58 @@
+"""Save and load the whole training state, atomically.
+
+A checkpoint is written to a temporary file in the same folder and then renamed over the old one:
+a rename is atomic, so a crash in the middle of a save leaves the previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+import zipfile
+from pathlib import Path
+
+import torch
+
+FORMAT = "minigpt-checkpoint"
+VERSION = 1
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file that cannot be used: truncated, corrupt, or not a minigpt checkpoint."""
+
+
+def save_checkpoint(state: dict, path: str | Path) -> Path:
+    """Write `state` (plus a format marker) to `path` via a temp file and an atomic rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save({"format": FORMAT, "version": VERSION, **state}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
+    """Load a checkpoint written by save_checkpoint, with a clear error for anything else."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint at {path}; train without --resume first, or check --out")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError) as err:
+        raise CheckpointError(
+            f"{path} is truncated, corrupt or not a minigpt checkpoint ({type(err).__name__}: "
+            f"{str(err).splitlines()[0][:120]}); delete it to start over, or point --out elsewhere"
+        ) from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is a PyTorch file but not a minigpt checkpoint (no '{FORMAT}' marker)")
+    if state.get("version") != VERSION:
+        raise CheckpointError(f"{path} is checkpoint version {state.get('version')}; this minigpt reads {VERSION}")
+    return state

@@ -1,0 +1,154 @@
+"""The `minigpt` command line: each subcommand parses flags, calls one function, prints a table or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tabulate import tabulate
+
+from minigpt.checkpoint import CheckpointError
+
+PRECISION_CHOICES = ("fp32", "bf16", "fp16", "bf16-pure")
+DTYPE_CHOICES = ("float32", "bfloat16", "float16")
+
+
+def params_rows() -> list[dict]:
+    """One row per preset: its shape and its parameter count, computed from the config."""
+    from minigpt.model import PRESETS, count_params
+
+    return [
+        {"name": name, "layers": c.n_layer, "width": c.n_embd, "heads": c.n_head, "ctx": c.ctx,
+         "vocab": c.vocab_size, "parameters": count_params(c)}
+        for name, c in PRESETS.items()
+    ]  # fmt: skip
+
+
+def cmd_params(args: argparse.Namespace) -> int:
+    rows = params_rows()
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        print(tabulate(rows, headers="keys", intfmt=",", tablefmt="github"))
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from minigpt.device import doctor_rows
+
+    print(tabulate(doctor_rows(), headers=["what", "value"], tablefmt="github"))
+    return 0
+
+
+def cmd_formats(args: argparse.Namespace) -> int:
+    from minigpt.precision import format_rows, formats_table, missing_formats
+
+    if args.json:
+        print(json.dumps(format_rows(), indent=1, default=str))
+        return 0
+    print(formats_table())
+    for name in missing_formats():
+        print(f"note: {name} is not available in this torch build; skipped")
+    return 0
+
+
+def add_train_flags(p: argparse.ArgumentParser) -> None:
+    from minigpt.checkpointing import CHECKPOINTING_MODES
+    from minigpt.model import PRESETS
+
+    p.add_argument("--preset", default="10m", choices=list(PRESETS))
+    p.add_argument("--precision", choices=PRECISION_CHOICES, help="fp32 | bf16 | fp16 | bf16-pure")
+    p.add_argument("--dtype", choices=DTYPE_CHOICES, help="alias of --precision (float32 = fp32, ...)")
+    p.add_argument("--master-weights", action="store_true", help="bf16-pure: keep fp32 master weights")
+    p.add_argument("--batch", type=int, default=8, help="micro-batch size (sequences per forward)")
+    p.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
+    p.add_argument("--ctx", type=int, help="tokens per sequence (default: the preset's maximum)")
+    p.add_argument("--checkpointing", default="none", choices=list(CHECKPOINTING_MODES))
+    p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--steps", type=int, default=100, help="optimizer steps in total")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--eval-every", type=int, default=0)
+    p.add_argument("--save-every", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--corpus", help="a UTF-8 text file (default: the built-in stories)")
+    p.add_argument("--tokenizer", default="minigpt-8k", help="minigpt-8k (offline) or gpt2 (downloads)")
+    p.add_argument("--out", help="run folder for checkpoint.pt and log.jsonl")
+    p.add_argument("--resume", action="store_true", help="continue the run saved in --out")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | mps")
+    p.add_argument("--json", action="store_true", help="print one final JSON object")
+
+
+def train_config_from_args(args: argparse.Namespace):
+    """Turn parsed flags into a TrainConfig (which validates them before any work starts)."""
+    from minigpt.precision import normalize_precision
+    from minigpt.train import TrainConfig
+
+    if args.precision and args.dtype and normalize_precision(args.dtype) != args.precision:
+        raise ValueError(f"--precision {args.precision} and --dtype {args.dtype} disagree; give one of them")
+    return TrainConfig(
+        preset=args.preset, precision=args.precision or args.dtype or "fp32", master_weights=args.master_weights,
+        batch=args.batch, accum=args.accum, ctx=args.ctx, checkpointing=args.checkpointing,
+        dropout=args.dropout, steps=args.steps, lr=args.lr, eval_every=args.eval_every,
+        save_every=args.save_every, seed=args.seed, corpus=args.corpus, tokenizer=args.tokenizer,
+        out=args.out, resume=args.resume, device=args.device, verbose=not args.json,
+    )  # fmt: skip
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from minigpt.train import train
+
+    result = train(train_config_from_args(args))
+    if args.json:
+        print(json.dumps(result.summary(), default=str))
+    else:
+        print(f"\nsample:\n{result.sample}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Until the lecture demos land: a short training run of the 10m preset, with a sample."""
+    from minigpt.train import TrainConfig, train
+
+    cfg = TrainConfig(preset="10m", batch=8, ctx=128, steps=args.steps, lr=2e-3, eval_every=args.steps // 2,
+                      sample_tokens=80)  # fmt: skip
+    result = train(cfg)
+    s = result.summary()
+    rows = [(r["step"], f"{r['loss']:.3f}", f"{r['tokens_per_s']:,.0f}") for r in result.history[:: max(1, len(result.history) // 8)]]
+    print(tabulate(rows, headers=["step", "train loss", "tokens/s"], tablefmt="github"))
+    print(f"\nval loss {s['final_val_loss']:.3f} after {s['steps']} steps; median {s['tokens_per_s']:,.0f} tokens/s")
+    print(f"\nsample:\n{result.sample}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="minigpt", description="Fit LLM training into the memory you have.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("params", help="the presets and their parameter counts")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_params)
+    sub.add_parser("doctor", help="versions and what this device supports").set_defaults(func=cmd_doctor)
+    p = sub.add_parser("formats", help="the floating-point formats table")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_formats)
+    p = sub.add_parser("train", help="train a model")
+    add_train_flags(p)
+    p.set_defaults(func=cmd_train)
+    p = sub.add_parser("demo", help="a short live training run")
+    p.add_argument("--steps", type=int, default=40)
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError, FileExistsError, CheckpointError) as err:
+        # Errors we raise on purpose say what was wrong and what to do: show just that.
+        print(f"minigpt {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

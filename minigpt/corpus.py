@@ -1,0 +1,869 @@
+"""A built-in corpus: short stories generated from a small English grammar, so training needs no download.
+
+The text is made to be learnable but not trivial. Inside a story the names, pronouns, home town and key
+object stay the same (a model can learn to copy them), sentences follow English agreement (a/an, one
+apple / three apples, she ... her / he ... his, was / were), dialogue comes in question-and-answer turns,
+and stories follow a dozen recurring arcs. The words in each slot are drawn at random from lists of
+several thousand word types, so there is always something left to predict.
+
+Only `random.Random(seed).random()` is used: Python guarantees that sequence across versions (it does not
+guarantee `choice` or `shuffle`), so the same seed gives the same text everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from pathlib import Path
+
+DEFAULT_CORPUS_CHARS = 5_000_000
+CORPUS_VERSION = 1  # bump when the grammar changes: the cache file name carries it
+
+# ---------------------------------------------------------------------------------------------------------
+# Word lists. Commoner words come first: `_StoryTeller.common` favours the front of a list.
+# Nouns are "singular" or "singular/plural"; verbs are "base" or "base:past:ing:participle" with empty
+# fields derived by the usual English rules (see _verb_forms).
+# ---------------------------------------------------------------------------------------------------------
+
+FEMALE_NAMES = """Mira Anna Lena Rosa Ivy Nora Clara Ella Lily Maya Zoe Ada Iris Hazel Ruby Greta Tessa Wren Fern
+Olive Mabel Edith Agnes Beatrix Cora Daisy Elsie Flora Gwen Hattie Ingrid Juno Kira Lottie Maeve Nell Opal Pearl
+Rhea Sadie Tilly Una Vera Willa Yara Zelda Alma Bella Celia Dora Esme Fay Gemma Hana Isla Jade Kate Lucy Molly
+Nina Orla Pia Rita Sara Tara Uma Viola Wendy Amelia Bianca Carmen Delia Elena Freya Gloria Helena Imogen Josie
+Lara Marta Noemi Olga Paula Rosalind Selma Thea Ursula Violet Winifred Yvonne Astrid Brigid Dagny Eliza Frida
+Hilda Ines Jolene Kaya Leona Marigold Nadia Odette Petra Renata Sigrid Talia Valentina Wilma Ximena Zara Aurora
+Birdie Constance Dorothy Eleanor Florence Georgia Harriet Juniper Louisa Matilda Penelope Rosemary Sylvia
+Theodora Winnie Poppy Primrose Maisie Posy Quinn""".split()
+
+MALE_NAMES = """Tobin Leo Sam Finn Oscar Hugo Felix Jonah Arlo Milo Otto Ben Theo Jack Max Noah Eli Jasper Rufus
+Silas Abel Bram Cyril Dmitri Edwin Frank Gideon Harold Ivan Jude Kasper Lionel Marcus Ned Osric Percy Quentin
+Ralph Simon Tomas Ulric Victor Walter Xavier Yusuf Zane Alfie Basil Cedric Dexter Emil Fergus Gus Henry Isaac
+Joel Kofi Lars Magnus Nils Owen Pablo Rory Stellan Tariq Vance Wesley Albert Bruno Caspar Declan Ezra Francis
+George Horace Igor Julian Kenji Luca Mateo Nico Oliver Peter Reuben Sebastian Tristan Vincent William Angus
+Barnaby Clement Dorian Elliot Florian Gilbert Hector Ignatius Jerome Leopold Mortimer Norbert Orville Phineas
+Roland Septimus Thaddeus Virgil Wilbur Ambrose Benedict Cornelius Desmond Erasmus Fitz Gregor Hamish Lucas
+Morris Nathan Patrick Rupert Stanley Timothy Arthur""".split()
+
+PET_NAMES = """Biscuit Pepper Button Whiskers Patch Muffin Pickle Noodle Socks Clover Maple Pebble Ginger Smudge
+Bramble Sprout Toffee Marble Nutmeg Waffle Crumb Domino Fudge Mittens Pudding Rascal Scout Shadow Sparky
+Tuppence Wiggles Ziggy Barley Cocoa Dumpling Flapjack Honey Inky Jellybean Kipper Lentil Mango Pip Bean""".split()
+
+# Town names are made by joining a start and an end: Ashford, Millbrook, Ravenmere, ...
+TOWN_STARTS = """Ash Oak Elm Mill Stone Fern Clay Thorn Bram Hazel Moss Red Green White Black Fox Wolf Bear Crow
+Raven Swan Heron Apple Pear Cherry Birch Willow Maple Pine Cedar Rock Salt Sand Frost Rain Wind Sun Moon Star
+Gold Silver Copper Iron Honey Bell Cross Long High Low North South East West Deep Kings Queens Lark Fen Marsh
+Amber Briar Hollin Rose""".split()
+TOWN_ENDS = """ford ton ville wick field bury dale brook wood stead haven mere moor port gate hill ridge bridge by
+thorpe ham ley well cliff stow bourne hollow crest""".split()
+
+ROLES = """baker farmer weaver potter miller blacksmith carpenter tailor painter sailor gardener shepherd
+beekeeper cook teacher doctor nurse librarian clockmaker candlemaker glassblower merchant innkeeper mapmaker
+musician singer dancer juggler storyteller poet woodcutter fisher farrier inventor scientist astronomer
+explorer pilot builder mason cobbler jeweler grocer butcher brewer cheesemaker seamstress barber ranger guard
+captain mayor judge artist sculptor student apprentice traveler peddler tinker fiddler drummer piper acrobat
+clown magician knitter toymaker bookbinder printer shoemaker lamplighter rope-maker wheelwright herbalist
+shopkeeper chemist engineer architect botanist beekeeper goatherd courier messenger watchman/watchmen gatekeeper
+lighthouse-keeper chimney-sweep dressmaker hatter basket-weaver boatbuilder fishmonger greengrocer milkmaid
+stonecutter""".split()
+
+RELATIVES = """mother father grandmother grandfather aunt uncle cousin sister brother neighbor friend teacher
+grandma grandpa godmother godfather niece nephew""".split()
+
+OBJECTS = """lantern key map book basket hat box cup bowl kite drum bell jar bucket rope candle mirror clock
+compass ring coin button ribbon blanket letter pencil ball shell stone feather bottle bag umbrella kettle
+spoon fork knife/knives plate pot pan hammer saw nail brush broom watch telescope necklace bracelet thread
+needle pillow quilt envelope stamp pen notebook paintbrush marble puzzle doll toy whistle leaf/leaves flower
+seed acorn pinecone glove mitten sock sweater apron belt backpack suitcase wallet purse comb teapot mug tray
+lamp shovel rake wheelbarrow sled bicycle wagon cart paddle oar net hook sail anchor flag banner crown shield
+wand scroll chest trunk locket brooch thimble spindle flute violin harp fiddle trumpet horn recorder banjo
+tambourine harmonica accordion guitar cello ladder chair stool lunchbox picnic-basket jug pitcher vase
+flowerpot watering-can birdhouse birdcage fishing-rod tent sleeping-bag magnet
+lens spyglass hourglass sundial globe abacus ruler stapler eraser crayon chalk slate
+sketchbook diary journal album photograph postcard parcel package present gift card ticket badge medal
+trophy pin rosette ornament figurine statue carving puppet marionette top rattle spinning-top
+pinwheel balloon torch matchbox candlestick snuffbox music-box jewelry-box
+sewing-box toolbox tin can lid cork funnel sieve ladle whisk rolling-pin grater saucepan skillet
+cauldron bellows anvil chisel file drill wrench screwdriver trowel hoe pitchfork sickle scythe
+axe hatchet mallet crowbar lever pulley wheel spoke gear spring bolt screw hinge latch padlock chain
+bracket crate barrel sack pouch satchel knapsack bundle cushion rug mat doormat curtain towel
+handkerchief napkin tablecloth bedspread shawl cloak cape veil bonnet cap beret helmet hood mask fan
+parasol walking-stick cane crutch saddle bridle harness lasso whip collar leash horseshoe stirrup""".split()
+
+CLOTHES = """scarf coat hat cloak sweater jacket shawl cap boots mittens apron vest raincoat bonnet dress
+skirt shirt tunic waistcoat overcoat jumper cardigan hood gloves slippers sandals""".split()
+CONTAINERS = "box basket crate drawer barrel shoebox bucket hatbox teacup flowerpot".split()
+
+FURNITURE = """bed table chair sofa cupboard shelf/shelves desk bench stool dresser wardrobe cabinet rug
+curtain stove sink bathtub crate barrel drawer closet armchair bookcase cradle chest doormat
+woodpile haystack flowerpot wheelbarrow hammock windowsill mantelpiece fireplace cellar-door trapdoor
+rocking-chair footstool coat-rack umbrella-stand laundry-basket""".split()
+
+DWELLINGS = """house cottage cabin hut farmhouse tower houseboat mill lighthouse treehouse inn caravan
+windmill bakery apartment shack lodge manor""".split()
+
+PLACES = """river forest meadow hill lake pond garden orchard barn market harbor beach cave bridge tower
+castle library school kitchen attic cellar shed well field valley mountain lighthouse station farm stable
+workshop inn cliff island marsh glade grove creek waterfall tunnel dock pier shop museum theater park
+greenhouse pantry porch balcony rooftop hallway staircase chimney fence gate path road lane alley street
+fountain statue windmill quarry mine vineyard pasture heath moor dune bay cove reef glacier jungle plain
+prairie ridge peak stream crossroads tavern chapel abbey palace fortress ruins camp hut cabin treehouse
+den burrow nest bakery bookshop toyshop post-office town-hall square playground schoolyard riverbank
+seashore boathouse boatyard shipyard warehouse factory sawmill forge smithy pottery dairy henhouse
+pigsty beehive apiary courtyard cloister belfry crypt gallery parlor study nursery laundry scullery
+larder storeroom hayloft granary""".split()
+
+ANIMALS = """cat dog fox owl rabbit hedgehog mouse/mice squirrel deer/deer horse goat sheep/sheep cow pig duck
+goose/geese hen rooster crow raven robin sparrow swan heron frog toad turtle snail beetle
+butterfly/butterflies bee ant spider bat badger otter beaver bear wolf/wolves lamb pony/ponies donkey mole
+lizard crab seal whale dolphin fish/fish salmon/salmon eel pelican puffin seagull parrot peacock pigeon
+dove magpie woodpecker kingfisher hawk eagle falcon moth cricket grasshopper ladybug dragonfly/dragonflies
+firefly/fireflies worm caterpillar kitten puppy/puppies chick calf/calves foal fawn cub ferret hamster
+camel elephant giraffe lion tiger monkey panda kangaroo koala penguin walrus/walruses octopus/octopuses
+jellyfish/jellyfish starfish/starfish lobster shrimp/shrimp moose/moose raccoon skunk weasel stoat vole
+shrew newt salamander wren finch lark starling thrush nightingale swallow gull""".split()
+
+BODY_PARTS = "paw wing leg tail ear foot/feet hoof/hooves claw beak fin".split()
+
+FOODS = """apple pear plum cherry/cherries berry/berries strawberry/strawberries blueberry/blueberries
+raspberry/raspberries grape orange lemon peach/peaches banana melon pie cake cookie muffin biscuit bun
+pancake waffle egg carrot potato/potatoes tomato/tomatoes onion turnip cabbage bean pea pumpkin cucumber
+radish/radishes beet mushroom nut walnut chestnut almond hazelnut pepper pickle sandwich/sandwiches
+noodle dumpling pudding tart scone pretzel cracker candy/candies toffee sausage fig date apricot
+mango/mangoes pineapple coconut lime olive raisin pastry/pastries doughnut omelet salad loaf/loaves bagel
+crumpet cupcake turnover flapjack fritter""".split()
+
+FOOD_MASS = """bread soup cheese honey jam milk tea porridge butter rice flour sugar cocoa lemonade cider juice
+stew broth custard gingerbread syrup marmalade toast cream yogurt oatmeal popcorn chocolate cinnamon
+barley water pepper salt vinegar mustard""".split()
+
+MATERIALS = """wood clay wool paper glass cloth silk leather string wire paint glue yarn wax straw felt cotton
+linen tin copper brass silver gold stone sand ribbon lace twine canvas velvet""".split()
+
+SOUNDS = """squeak thump creak whistle rattle scratch tap hum howl rustle knock bang buzz click ring splash
+crash whisper moan chirp hoot bark growl purr hiss clatter jingle crackle murmur tick snore sneeze giggle
+flutter drip""".split()
+
+EVENTS = """festival fair feast parade dance concert picnic wedding party contest race show celebration
+carnival ceremony play market""".split()
+EVENT_KINDS = """harvest spring summer autumn winter midsummer lantern flower village river moonlight apple
+pumpkin kite music birthday boat cheese honey""".split()
+
+SIZES = """small big little old new tiny huge large heavy light round long short tall narrow wide thick thin
+square enormous miniature giant""".split()
+COLORS = """red blue green yellow orange purple pink brown black white gray golden silver crimson scarlet
+violet indigo amber ivory teal turquoise navy maroon lavender lilac beige emerald rusty""".split()
+MATERIAL_ADJECTIVES = """wooden woolen brass copper glass clay paper leather velvet silk cotton linen tin iron
+stone straw wicker crystal porcelain bamboo felt canvas marble bronze pewter oak pine willow""".split()
+QUALITIES = """shiny dusty broken cracked bent soft hard smooth rough sharp dull bright dark clean dirty
+strange beautiful pretty ugly fancy plain precious magic ancient worn faded polished painted carved striped
+spotted checked folded torn patched empty full warm cold wet dry sticky fragile sturdy lucky secret special
+simple odd curious lovely splendid tattered crooked delicate elegant glittering gleaming humble mysterious
+peculiar ordinary useful useless valuable forgotten missing favorite spare tidy messy squeaky noisy wobbly
+lopsided sparkly glowing creaky battered handmade borrowed dented scratched chipped rumpled crumpled
+tangled knotted frayed stained scuffed gilded jeweled embroidered speckled freckled mended brand-new
+old-fashioned heavy-looking""".split()
+TRAITS = """brave kind clever shy curious gentle cheerful patient careful stubborn clumsy quiet loud honest
+generous proud lazy busy grumpy friendly thoughtful wise silly bold calm nervous playful polite serious tidy
+forgetful hardworking quick young old jolly restless sensible sleepy cautious daring eager fearless humble
+modest noisy merry nimble sturdy timid witty brisk cunning dreamy fussy gruff hasty loyal mischievous
+absent-minded good-natured quick-witted soft-spoken""".split()
+EMOTIONS = """happy sad tired hungry angry scared worried excited surprised proud lonely glad sorry cross
+nervous calm curious puzzled delighted relieved grateful embarrassed jealous hopeful bored sleepy thirsty
+cheerful upset amazed confused anxious content frightened furious joyful miserable thrilled uneasy
+disappointed impatient ashamed astonished bewildered cheerless doubtful eager gloomy grumpy homesick
+overjoyed restless shaky startled suspicious tearful weary""".split()
+WEATHER = """sunny rainy windy cloudy foggy snowy stormy misty chilly cold warm hot bright gray frosty icy
+humid breezy damp mild clear gloomy drizzly blustery sweltering""".split()
+TASTES = """sweet warm fresh crunchy soft salty sour juicy ripe delicious spicy crisp golden burnt hot cold
+sticky creamy tasty bitter smoky chewy buttery fluffy gooey tangy stale plump""".split()
+PLACE_ADJECTIVES = """quiet busy narrow old small sleepy windy sunny foggy crowded peaceful noisy little green
+muddy dusty snowy rocky sandy grassy shady hidden lonely ancient bustling cozy distant faraway forgotten
+pleasant tidy wild windswept""".split()
+
+# Adverbs of manner are made from these adjectives (quick -> quickly, happy -> happily, gentle -> gently).
+MANNER_BASES = """quick slow careful quiet gentle soft loud happy sad proud brave calm eager patient sudden
+bright warm kind polite nervous curious silent swift steady cheerful angry anxious careless clumsy graceful
+honest hungry lazy lucky merry neat playful rapid sleepy tender thoughtful wild wise bold busy easy noisy
+proper rough sharp shy smooth strange sweet tight firm grateful final sure quick glad sheepish hopeful
+cautious fierce frantic gleeful grim hasty joyful loyal nimble secret solemn stern tidy timid weary
+cheeky crafty dreamy gloomy grumpy jolly lazy lively lonely merry nosy quirky rare shaky snug""".split()
+OTHER_ADVERBS = """soon later again already almost always never often sometimes together outside inside
+upstairs downstairs nearby away back home still just only even also too very quite rather really nearly
+once twice today tomorrow yesterday tonight afterwards meanwhile instead perhaps maybe somehow anyway
+everywhere somewhere nowhere""".split()
+DEGREE = "very quite rather really so terribly awfully a-little".split()
+
+VERBS_FOR_OBJECTS = """carry lift clean polish paint fix mend wash wrap hide:hid::hidden drop:dropped:dropping
+find:found lose:lost hold:held open close fold carry fill empty weigh measure examine inspect study sketch
+draw:drew::drawn decorate repair sort stack hang:hung tie untie pack unpack load unload check count label
+sharpen oil dust scrub:scrubbed:scrubbing rinse dry fetch grab:grabbed:grabbing toss throw:threw::thrown
+catch:caught kick roll spin:spun:spinning:spun turn twist bend:bent break:broke::broken tear:tore::torn
+cut:cut:cutting:cut sew:sewed::sewn knit:knitted:knitting weave:wove::woven carve shape glue bury
+steal:stole::stolen return share trade swap:swapped:swapping offer show:showed::shown hand pass send:sent
+deliver collect gather pick choose:chose::chosen test try use forget:forgot:forgetting:forgotten remember
+notice spot:spotted:spotting admire touch smell guard protect save lock unlock light:lit blow:blew::blown
+ring:rang::rung tune squeeze stretch flip:flipped:flipping borrow lend:lent bring:brought take:took::taken
+keep:kept drag:dragged:dragging push pull buy:bought sell:sold build:built hug:hugged:hugging
+seal:sealed mark trace copy tap:tapped:tapping rub:rubbed:rubbing shine:shone wipe brush hammer
+sand:sanded stitch patch:patched tidy:tidied arrange balance juggle hug rescue""".split()
+VERBS_FOR_FOOD = """eat:ate::eaten bake cook taste slice chop:chopped:chopping peel boil fry roast mash stir
+share pick grow:grew::grown plant harvest wash sell buy:bought pack serve smell nibble munch swallow save
+sprinkle pour mix knead squeeze gather carry weigh count sort dry store freeze:froze::frozen""".split()
+VERBS_FOR_ANIMALS = """feed:fed pet:petted:petting follow chase watch brush call help find:found rescue count
+draw:drew::drawn tame train wash hear:heard see:saw::seen spot:spotted:spotting greet thank scold name
+cuddle comfort tickle lead:led catch:caught free release frighten startle wake:woke::woken carry guide
+groom shelter bandage warn""".split()
+VERBS_OF_TRAVEL = """walk run:ran:running:run hurry wander stroll march skip:skipped:skipping
+hop:hopped:hopping jump climb swim:swam:swimming:swum sail row ride:rode::ridden fly:flew::flown crawl
+creep:crept tiptoe dash race rush stumble slip:slipped:slipping trip:tripped:tripping dance trudge scramble
+jog:jogged:jogging limp paddle drift float travel hike cycle wade splash""".split()
+VERBS_OF_DOING = """sing:sang::sung laugh cry smile frown nod:nodded:nodding shiver yawn sleep:slept rest wait
+sit:sat:sitting stand:stood kneel:knelt fall:fell::fallen return leave:left arrive wave sigh whistle
+hum:hummed:humming giggle grin:grinned:grinning blink wink gasp cough sneeze shrug wobble dive:dived linger
+pause glance peek peer stare gaze listen work play practice read:read::read dream snore chatter
+think:thought hide:hid::hidden wriggle stretch bounce watch""".split()
+SKILLS = """swim juggle whistle sail knit paint sing dance skate fish sew read write draw carve weave ride row
+climb cook bake garden play-the-flute play-the-drum tie-knots build-boats make-candles fly-a-kite
+read-maps tell-stories count-stars keep-bees""".split()
+SAY_VERBS = """said said said said replied answered whispered explained added admitted agreed muttered
+murmured announced declared insisted suggested promised warned laughed sighed grumbled called repeated
+mumbled joked""".split()
+ASK_VERBS = "asked asked asked asked wondered whispered called inquired begged".split()
+SHOUT_VERBS = "shouted cried exclaimed yelled called cheered gasped laughed squealed boomed".split()
+
+WHEN = """Once upon a time|Long ago|One morning|One evening|One afternoon|Many years ago|Not long ago|One day
+|Early one morning|Late one night|At the end of the summer|On the first day of spring|Just before winter
+|On a quiet afternoon|In the middle of the night|At dawn|Last year|A long time ago""".replace("\n", "").split("|")
+DAYS = "Monday Tuesday Wednesday Thursday Friday Saturday Sunday".split()
+MONTHS = "January February March April May June July August September October November December".split()
+SEASONS = "spring summer autumn winter".split()
+PARTS_OF_DAY = "morning afternoon evening night dawn dusk noon midnight sunrise sunset".split()
+PREPOSITIONS = """in on under behind beside near inside above below between across along around through over
+past beneath by""".split()
+ON_FURNITURE = "under behind beside on inside beneath near".split()
+NUMBERS = """zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen
+sixteen seventeen eighteen nineteen""".split()
+TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+ORDINALS = """first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth""".split()
+INTERJECTIONS = "Oh|Look|Well|Hmm|Goodness|Oh dear|Wow|Hey|Listen|Quick|Ah".split("|")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# English morphology: plurals, verb forms, adverbs, a/an.
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _plural(word: str) -> str:
+    if word.endswith(("s", "x", "z", "ch", "sh")):
+        return word + "es"
+    if word.endswith("y") and word[-2] not in "aeiou":
+        return word[:-1] + "ies"
+    return word + "s"
+
+
+def _nouns(words: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Parse "singular" / "singular/plural" entries into parallel (singulars, plurals); '-' becomes ' '."""
+    singular, plural = [], []
+    for entry in words:
+        one, _, many = entry.partition("/")
+        singular.append(one.replace("-", " "))
+        plural.append((many or _plural(one)).replace("-", " "))
+    return tuple(singular), tuple(plural)
+
+
+def _verb_forms(entry: str) -> tuple[str, str, str, str, str]:
+    """'base:past:ing:participle' (empty fields derived) -> (base, third person, past, -ing, participle)."""
+    base, past, ing, participle = (entry.split(":") + ["", "", ""])[:4]
+    if not past:
+        if base.endswith("e"):
+            past = base + "d"
+        elif base.endswith("y") and base[-2] not in "aeiou":
+            past = base[:-1] + "ied"
+        else:
+            past = base + "ed"
+    if not ing:
+        if base.endswith("ie"):
+            ing = base[:-2] + "ying"
+        elif base.endswith("e") and not base.endswith(("ee", "ye", "oe")):
+            ing = base[:-1] + "ing"
+        else:
+            ing = base + "ing"
+    third = base + "es" if base.endswith(("o", "s", "x", "z", "ch", "sh")) else _plural(base)
+    return base, third, past, ing, participle or past
+
+
+def _verbs(words: list[str]) -> tuple[tuple[str, str, str, str, str], ...]:
+    return tuple(_verb_forms(entry) for entry in words)
+
+
+def _adverb(adjective: str) -> str:
+    if adjective.endswith("y") and adjective not in ("shy", "sly"):
+        return adjective[:-1] + "ily"
+    if adjective.endswith("le"):
+        return adjective[:-1] + "y"
+    if adjective.endswith("ic"):
+        return adjective + "ally"
+    if adjective.endswith("ue"):
+        return adjective[:-1] + "ly"
+    return adjective + "ly"
+
+
+def _a(phrase: str) -> str:
+    """Prefix 'a' or 'an' by the sound of the first word: an apple, a unicorn, an hour, a one-eyed cat."""
+    lower = phrase.lower()
+    if lower.startswith(("hour", "honest", "honor", "heir")):
+        return "an " + phrase
+    if lower[0] in "aeiou" and not lower.startswith(("uni", "use", "usu", "eu", "one", "once")):
+        return "an " + phrase
+    return "a " + phrase
+
+
+def _number(n: int) -> str:
+    """1 -> 'one', 42 -> 'forty-two' (0 <= n < 100)."""
+    if n < 20:
+        return NUMBERS[n]
+    tens, ones = divmod(n, 10)
+    return TENS[tens] + ("-" + NUMBERS[ones] if ones else "")
+
+
+OBJ, OBJS = _nouns(OBJECTS)
+FURN, _ = _nouns(FURNITURE)
+HOMES, _ = _nouns(DWELLINGS)
+PLACE, _ = _nouns(PLACES)
+ANIMAL, ANIMALS_PL = _nouns(ANIMALS)
+BODY, _ = _nouns(BODY_PARTS)
+FOOD, FOODS_PL = _nouns(FOODS)
+ROLE, ROLES_PL = _nouns(ROLES)
+SKILL, _ = _nouns(SKILLS)
+HANDLE = _verbs(VERBS_FOR_OBJECTS)
+COOK = _verbs(VERBS_FOR_FOOD)
+TEND = _verbs(VERBS_FOR_ANIMALS)
+TRAVEL = _verbs(VERBS_OF_TRAVEL)
+DO = _verbs(VERBS_OF_DOING)
+ADVERBS = tuple(_adverb(a) for a in MANNER_BASES)
+DEGREES = tuple(d.replace("-", " ") for d in DEGREE)
+OBJECT_ADJECTIVES = tuple(SIZES + COLORS + MATERIAL_ADJECTIVES + QUALITIES)
+ANIMAL_ADJECTIVES = tuple(SIZES + TRAITS + COLORS)
+BASE, THIRD, PAST, ING, PARTICIPLE = range(5)  # index into a verb's forms
+
+
+class _Character:
+    """A person (or pet) in one story: the name and pronouns stay fixed until the story ends."""
+
+    __slots__ = ("name", "he", "him", "his", "He", "His", "himself", "role", "trait")
+
+    def __init__(self, name: str, female: bool, role: str, trait: str):
+        self.name, self.role, self.trait = name, role, trait
+        self.he, self.him, self.his = ("she", "her", "her") if female else ("he", "him", "his")
+        self.He, self.His = self.he.capitalize(), self.his.capitalize()
+        self.himself = "herself" if female else "himself"
+
+
+def _cap(sentence: str) -> str:
+    return sentence[0].upper() + sentence[1:]
+
+
+class _StoryTeller:
+    """Writes one story at a time from a random stream. Each method returns one sentence or paragraph."""
+
+    def __init__(self, rng: random.Random):
+        self.random = rng.random
+        self.arcs = (self.lost_thing, self.journey, self.making, self.storm, self.market, self.quarrel,
+                     self.lesson, self.noise, self.hurt_animal, self.race, self.letter, self.cooking)
+        self.events = (self.e_handle, self.e_animal, self.e_weather, self.e_feeling, self.e_food,
+                       self.e_count, self.e_smell, self.e_walk, self.e_creature, self.e_together,
+                       self.e_memory, self.e_habit, self.e_describe, self.e_wish, self.e_give, self.e_price,
+                       self.e_age, self.e_could, self.e_clothes, self.e_chat, self.e_chat, self.e_why,
+                       self.e_busy, self.e_time, self.e_did_not)
+
+    # -- random choices ------------------------------------------------------------------------------
+    def pick(self, words):
+        """Any word of the list, all equally likely."""
+        return words[int(self.random() * len(words))]
+
+    def common(self, words):
+        """A word from the list, front words more often: P(index < k) = sqrt(k / len)."""
+        return words[int(len(words) * self.random() ** 2)]
+
+    def chance(self, p: float) -> bool:
+        return self.random() < p
+
+    def between(self, lo: int, hi: int) -> int:
+        return lo + int(self.random() * (hi - lo + 1))
+
+    # -- phrases --------------------------------------------------------------------------------------
+    def character(self, avoid: str = "") -> _Character:
+        female = self.chance(0.5)
+        name = avoid
+        while name == avoid:
+            name = self.pick(FEMALE_NAMES if female else MALE_NAMES)
+        return _Character(name, female, self.common(ROLE), self.common(TRAITS))
+
+    def thing(self) -> str:  # "the brass key" / "the key"
+        i = int(len(OBJ) * self.random() ** 2)
+        return OBJ[i] if self.chance(0.5) else f"{self.common(OBJECT_ADJECTIVES)} {OBJ[i]}"
+
+    def some(self, singular, plural, lo: int = 2, hi: int = 12) -> str:  # "three apples", "one apple"
+        i, n = int(len(singular) * self.random() ** 2), self.between(lo, hi)
+        return f"{_number(n)} {singular[i] if n == 1 else plural[i]}"
+
+    def who(self, c: _Character) -> str:  # the name or the pronoun, as a sentence subject
+        return c.name if self.chance(0.6) else c.He
+
+    def when(self) -> str:
+        r = self.random()
+        if r < 0.5:
+            return self.common(WHEN)
+        if r < 0.65:
+            return f"On {self.pick(DAYS)} {self.pick(PARTS_OF_DAY[:4])}"
+        if r < 0.8:
+            return f"One {self.pick(WEATHER)} {self.pick(SEASONS)} {self.pick(PARTS_OF_DAY[:4])}"
+        if r < 0.9:
+            return f"In the middle of {self.pick(MONTHS)}"
+        return f"In the {self.pick(['spring', 'summer', 'autumn', 'winter'])} of {self.between(1700, 1999)}"
+
+    def place(self) -> str:
+        return self.common(PLACE)
+
+    def line(self, c: _Character, text: str, mark: str = ".") -> str:
+        """One turn of dialogue: '"Where is the lantern?" asked Mira.' and its variants."""
+        verbs = ASK_VERBS if mark == "?" else SHOUT_VERBS if mark == "!" else SAY_VERBS
+        verb, inner, r = self.common(verbs), text + ("," if mark == "." else mark), self.random()
+        if r < 0.35:
+            return f'"{inner}" {verb} {c.name}.'
+        if r < 0.6:
+            return f'"{inner}" {c.name} {verb}.'
+        if r < 0.75:
+            return f'"{inner}" {c.he} {verb}.'
+        if r < 0.87:
+            return f'{c.name} {verb}, "{text}{mark}"'
+        return f'"{inner}" {verb} {c.name} {self.common(ADVERBS)}.'
+
+    # -- a story ---------------------------------------------------------------------------------------
+    def story(self) -> str:
+        self.h = self.character()
+        self.f = self.character(avoid=self.h.name)
+        self.town = self.pick(TOWN_STARTS) + self.pick(TOWN_ENDS)
+        self.o = int(len(OBJ) * self.random() ** 2)  # the story's key object
+        self.obj = OBJ[self.o]
+        self.pet = None
+        if self.chance(0.35):
+            self.pet = _Character(self.pick(PET_NAMES), self.chance(0.5), self.common(ANIMAL), "")
+        paragraphs = [self.opening()]
+        paragraphs += self.pick(self.arcs)()
+        if self.chance(0.5):
+            paragraphs.append(self.event_paragraph(1, 3))
+        paragraphs.append(self.ending())
+        return "\n".join(paragraphs)
+
+    def event_paragraph(self, lo: int, hi: int) -> str:
+        return " ".join(self.pick(self.events)() for _ in range(self.between(lo, hi)))
+
+    def opening(self) -> str:
+        h, f, r = self.h, self.f, self.random()
+        home = f"{_a(self.common(SIZES))} {self.common(HOMES)} {self.pick(['near', 'by', 'behind'])} the {self.place()}"
+        if r < 0.25:
+            first = f"{self.when()}, {_a(h.trait + ' ' + h.role)} named {h.name} lived in {home}."
+        elif r < 0.5:
+            first = f"{h.name} was {_a(h.trait + ' ' + h.role)} who lived in {home} in {self.town}."
+        elif r < 0.75:
+            first = (f"In the {self.common(PLACE_ADJECTIVES)} town of {self.town}, there lived "
+                     f"{_a(h.role)} called {h.name}.")
+        else:
+            first = f"{self.when()}, {h.name} the {h.role} woke up early in {self.town}."
+        r = self.random()
+        if r < 0.35:
+            second = f"{h.His} best friend was {_a(f.role)} named {f.name}."
+        elif r < 0.65:
+            second = f"{f.name}, {_a(f.trait)} {f.role}, lived next door."
+        else:
+            second = (f"Every {self.pick(DAYS)}, {h.he} visited {h.his} friend {f.name}, who worked as "
+                      f"{_a(f.role)}.")
+        parts = [first, second]
+        if self.pet:
+            parts.append(f"{h.He} had {_a(self.common(TRAITS) + ' ' + self.pet.role)} named {self.pet.name}, "
+                         f"who followed {h.him} everywhere.")
+        if self.chance(0.5):
+            parts.append(f"{h.He} was {h.trait} and {self.common(TRAITS)}, and {h.he} loved "
+                         f"{self.common(OBJS) if self.chance(0.5) else self.common(FOODS_PL)}.")
+        return " ".join(parts)
+
+    def ending(self) -> str:
+        h, f, r = self.h, self.f, self.random()
+        if r < 0.2:
+            return f"From that day on, {h.name} and {f.name} were the best of friends."
+        if r < 0.35:
+            return f"That night, {h.name} slept {self.common(ADVERBS)}, dreaming of {self.common(OBJS)}."
+        if r < 0.5:
+            return f"{h.name} smiled. It had been {_a(self.common(QUALITIES))} day."
+        if r < 0.65:
+            return f"Years later, {h.name} still told the story of the {self.common(QUALITIES)} {self.obj}."
+        if r < 0.8:
+            return f"And the {self.obj} stayed {self.pick(ON_FURNITURE)} the {self.common(FURN)} for many years."
+        if r < 0.9:
+            return f"{h.name} never forgot that {self.pick(SEASONS)} in {self.town}."
+        return "The end."
+
+    # -- story arcs: each returns a list of paragraphs -------------------------------------------------
+    def lost_thing(self) -> list[str]:
+        h, f, obj = self.h, self.f, self.obj
+        finder = self.pet if self.pet and self.chance(0.5) else f
+        spots = [f"{self.pick(ON_FURNITURE)} the {self.common(FURN)}" for _ in range(3)]
+        return [
+            f"{self.when()}, {h.name} could not find {h.his} {obj}. {h.He} looked {spots[0]} and {spots[1]}, "
+            f"but it was not there.",
+            self.line(h, f"Have you seen my {obj}", "?"),
+            self.line(f, f"No, but I will help you look, {h.name}"),
+            f"They searched the {self.place()} and the {self.place()}. {self.event_paragraph(1, 3)}",
+            f"At last, {finder.name} found the {obj} {spots[2]}.",
+            self.line(h, f"Thank you, {finder.name}", "!"),
+        ]
+
+    def journey(self) -> list[str]:
+        h, f = self.h, self.f
+        dest = self.pick(TOWN_STARTS) + self.pick(TOWN_ENDS)
+        miles = self.between(2, 60)
+        food = self.common(FOOD_MASS)
+        stranger = self.character(avoid=h.name)
+        return [
+            f"{h.name} wanted to visit {dest}, which was {_number(miles)} miles away. {h.He} packed "
+            f"some {food}, {_a(self.thing())} and {h.his} {self.obj} in a bag.",
+            self.line(f, f"Can I come with you", "?"),
+            self.line(h, f"Of course, {f.name}. It is a long way to {dest}"),
+            f"They {self.pick(MOVE)[PAST]} along the {self.place()} for {_number(self.between(2, 9))} hours. "
+            f"{self.event_paragraph(1, 3)}",
+            f"On the way, they met {_a(stranger.trait + ' ' + stranger.role)} named {stranger.name}.",
+            self.line(stranger, f"Where are you going with that {self.obj}", "?"),
+            self.line(h, f"We are going to {dest}"),
+            f"When they finally reached {dest}, the sun was {self.pick(['rising', 'setting', 'high'])} "
+            f"and the streets were {self.common(PLACE_ADJECTIVES)}.",
+        ]
+
+    def making(self) -> list[str]:
+        h, f = self.h, self.f
+        event = f"{self.common(EVENT_KINDS)} {self.common(EVENTS)}"
+        days = self.between(2, 14)
+        material = self.common(MATERIALS)
+        verb = self.common(HANDLE)
+        return [
+            f"The {event} was {_number(days)} days away, and {h.name} wanted to make "
+            f"{_a(self.common(OBJECT_ADJECTIVES) + ' ' + self.obj)} for it. {h.He} gathered {material}, "
+            f"{self.common(MATERIALS)} and {self.common(MATERIALS)}.",
+            f"Every evening {h.he} worked in {h.his} {self.common(HOMES)}. {self.event_paragraph(1, 2)}",
+            f"Then, {_number(self.between(1, days - 1))} days before the {event}, {h.he} ran out of {material}.",
+            self.line(h, f"What will I do now", "?"),
+            self.line(f, f"I have some {material}. You can {verb[BASE]} it with mine"),
+            f"Together they finished the {self.obj}. At the {event}, everyone said it was the "
+            f"{self.pick(['best', 'finest', 'most beautiful', 'strangest'])} {self.obj} they had ever "
+            f"{self.pick(['seen', 'held', 'touched'])}.",
+        ]
+
+    def storm(self) -> list[str]:
+        h, f = self.h, self.f
+        things = self.common(OBJS)
+        return [
+            f"One {self.pick(SEASONS)} evening, {_a(self.pick(['great', 'terrible', 'sudden', 'wild']))} storm "
+            f"came over {self.town}. The wind shook the {self.common(PLACE)} and the rain "
+            f"{self.pick(['beat', 'drummed', 'hammered', 'pattered'])} on the roof.",
+            self.line(f, f"Are you {self.pick(['scared', 'afraid', 'frightened'])}, {h.name}", "?"),
+            self.line(h, f"A little. I do not like the {self.pick(SOUNDS)} of the wind"),
+            self.event_paragraph(1, 3),
+            f"In the morning, {self.some(OBJ, OBJS, 2, 30)} lay in the {self.place()}, and the "
+            f"{self.common(PLACE)} was {self.pick(['flooded', 'broken', 'covered in leaves', 'gone'])}.",
+            f"{h.name} and {f.name} spent the whole day picking up {things}.",
+        ]
+
+    def market(self) -> list[str]:
+        h = self.h
+        seller = self.character(avoid=h.name)
+        price = self.between(2, 40)
+        goods = self.some(FOOD, FOODS_PL, 3, 20)
+        return [
+            f"On {self.pick(DAYS)}, {h.name} went to the market in {self.town} with {goods}.",
+            f"There {h.he} saw {_a(self.thing())} at the stall of {_a(seller.role)} named {seller.name}.",
+            self.line(h, f"How much is the {self.obj}", "?"),
+            self.line(seller, f"{_cap(_number(price))} coins, or your {goods.split(' ', 1)[1]}"),
+            self.line(h, f"I only have {_number(self.between(1, price - 1))} coins"),
+            f"In the end, {h.name} gave {seller.name} the {goods.split(' ', 1)[1]} and {price // 2} coins, "
+            f"and carried the {self.obj} home {self.common(ADVERBS)}.",
+        ]
+
+    def quarrel(self) -> list[str]:
+        h, f = self.h, self.f
+        return [
+            f"{h.name} and {f.name} argued about the {self.obj}. {f.name} said it was {self.common(QUALITIES)}, "
+            f"but {h.name} said it was {self.common(QUALITIES)}.",
+            self.line(f, f"You never listen to me", "!"),
+            self.line(h, f"And you always {self.common(HANDLE)[BASE]} my {self.common(OBJ)}", "!"),
+            f"{f.name} went home and did not {self.pick(['speak', 'talk', 'play'])} with {h.name} for "
+            f"{_number(self.between(2, 7))} days. {self.event_paragraph(1, 2)}",
+            f"The next morning, {h.name} {self.common(MOVE)[PAST]} to {f.name}'s {self.common(HOMES)} "
+            f"with {_a(self.common(FOOD))}.",
+            self.line(h, "I am sorry. I was wrong"),
+            self.line(f, f"I am sorry too, {h.name}"),
+        ]
+
+    def lesson(self) -> list[str]:
+        h = self.h
+        skill = self.common(SKILL)
+        teacher = self.character(avoid=h.name)
+        weeks = self.between(2, 12)
+        return [
+            f"{h.name} wanted to learn how to {skill}. {h.He} asked {_a(teacher.trait)} {teacher.role} "
+            f"named {teacher.name} to teach {h.him}.",
+            self.line(teacher, f"First you must practice every day"),
+            f"{h.name} practiced every day for {_number(weeks)} weeks. At first {h.he} was "
+            f"{self.common(EMOTIONS)}, and {h.his} {self.obj} kept {self.common(MOVE)[ING]}.",
+            self.line(h, f"I will never learn to {skill}", "!"),
+            self.line(teacher, f"You are {self.pick(DEGREES)} {self.common(TRAITS)}. Try again tomorrow"),
+            f"In the {ORDINALS[min(weeks, 12) - 1]} week, {h.name} could finally {skill}, and "
+            f"{h.he} felt {self.common(EMOTIONS)}.",
+        ]
+
+    def noise(self) -> list[str]:
+        h, f = self.h, self.f
+        sound, place = self.common(SOUNDS), self.place()
+        animal = int(len(ANIMAL) * self.random() ** 2)
+        return [
+            f"Every night, {h.name} heard a strange {sound} coming from the {place}.",
+            self.line(h, f"What is that {sound}", "?"),
+            self.line(f, f"Maybe it is {_a(self.common(ANIMAL))}. Or maybe it is the {self.common(OBJ)}"),
+            f"So one night they {self.common(MOVE)[PAST]} to the {place} with {_a(self.common(OBJ))}. "
+            f"{self.event_paragraph(0, 2)}",
+            f"Behind the {self.common(FURN)} they found {self.some(ANIMAL, ANIMALS_PL, 1, 6)} and "
+            f"{_a(ANIMAL[animal])} {self.common(MOVE)[ING]} in the dark.",
+            self.line(f, f"So that was the {sound}", "!"),
+        ]
+
+    def hurt_animal(self) -> list[str]:
+        h = self.h
+        animal, part = self.common(ANIMAL), self.common(BODY)
+        return [
+            f"On the way to the {self.place()}, {h.name} found {_a(self.common(SIZES) + ' ' + animal)} "
+            f"with a hurt {part}.",
+            self.line(h, f"Poor little {animal}. Let me {self.pick(TEND)[BASE]} you"),
+            f"{h.He} carried the {animal} home and made a bed for it in {_a(self.common(FURN))}. "
+            f"{h.He} gave it some {self.common(FOOD_MASS)} and {self.some(FOOD, FOODS_PL, 2, 9)}.",
+            self.event_paragraph(1, 2),
+            f"After {_number(self.between(2, 20))} days, the {part} had {self.pick(['healed', 'mended'])}, "
+            f"and the {animal} {self.common(MOVE)[PAST]} away into the {self.place()}.",
+        ]
+
+    def race(self) -> list[str]:
+        h, f = self.h, self.f
+        place = self.place()
+        runners = self.between(3, 12)
+        place_h, place_f = self.between(1, runners), self.between(1, runners)
+        return [
+            f"There was a race to the {place} in {self.town}, and {_number(runners)} people joined it.",
+            self.line(f, f"I will win this race, {h.name}", "!"),
+            self.line(h, f"We will see about that"),
+            f"They {self.common(MOVE)[PAST]} past the {self.place()} and over the {self.place()}. "
+            f"{self.event_paragraph(0, 2)}",
+            f"{h.name} came {ORDINALS[place_h - 1]}, and {f.name} came {ORDINALS[place_f - 1]}.",
+            self.line(h if place_h <= place_f else f, "Next year I will be even faster"),
+        ]
+
+    def letter(self) -> list[str]:
+        h = self.h
+        relative, town = self.common(RELATIVES), self.pick(TOWN_STARTS) + self.pick(TOWN_ENDS)
+        return [
+            f"{self.when()}, {h.name} received a letter from {h.his} {relative} in {town}.",
+            f'It said: "Dear {h.name}, I am sending you my old {self.obj}. Please {self.common(HANDLE)[BASE]} '
+            f'it every {self.pick(DAYS)}. The {self.common(PLACE)} here is {self.common(PLACE_ADJECTIVES)} and '
+            f'the {self.common(ANIMALS_PL)} are {self.common(QUALITIES)}. With love, your {relative}."',
+            f"{h.name} read the letter {_number(self.between(2, 9))} times.",
+            self.event_paragraph(1, 2),
+        ]
+
+    def cooking(self) -> list[str]:
+        h, f = self.h, self.f
+        food = self.common(FOOD)
+        relative = self.common(RELATIVES)
+        return [
+            f"{h.name} decided to make {_a(self.common(TASTES) + ' ' + food)} for {h.his} {relative}. "
+            f"{h.He} needed {self.some(FOOD, FOODS_PL)}, some {self.common(FOOD_MASS)} and a little "
+            f"{self.common(FOOD_MASS)}.",
+            self.line(f, f"Can I help you {self.common(COOK)[BASE]} the {self.common(FOODS_PL)}", "?"),
+            self.line(h, f"Yes, please. Then we can {self.common(COOK)[BASE]} the {self.common(FOOD_MASS)}"),
+            f"The {food} was {self.pick(['ready', 'finished', 'done'])} by {self.pick(PARTS_OF_DAY)}. It smelled "
+            f"{self.common(TASTES)} and tasted {self.common(TASTES)}.",
+            self.line(self.h, f"My {relative} will love it", "!"),
+        ]
+
+    # -- single event sentences, to vary the middle of a story ------------------------------------------
+    def e_handle(self) -> str:
+        c = self.h if self.chance(0.6) else self.f
+        return (f"{self.who(c)} {self.common(HANDLE)[PAST]} the {self.thing()} {self.common(PREPOSITIONS)} "
+                f"the {self.common(FURN)}.")
+
+    def e_animal(self) -> str:
+        return f"The {self.common(ANIMAL)} {self.common(MOVE)[PAST]} {self.common(ADVERBS)}."
+
+    def e_weather(self) -> str:
+        r = self.random()
+        if r < 0.25:
+            return f"Outside, the rain {self.pick(['fell', 'stopped', 'kept falling', 'turned to snow'])}."
+        if r < 0.5:
+            return f"The wind {self.pick(['howled', 'whistled', 'sighed', 'died down'])} over the {self.place()}."
+        if r < 0.75:
+            return f"It was {_a(self.pick(WEATHER))} {self.pick(PARTS_OF_DAY)} in {self.town}."
+        return f"The sun {self.pick(['shone', 'set', 'rose', 'came out'])} over the {self.place()}."
+
+    def e_feeling(self) -> str:
+        c = self.h if self.chance(0.6) else self.f
+        return f"{self.who(c)} felt {self.common(EMOTIONS)} and a little {self.common(EMOTIONS)}."
+
+    def e_food(self) -> str:
+        c = self.h if self.chance(0.6) else self.f
+        return (f"{self.who(c)} {self.common(COOK)[PAST]} {_a(self.common(FOOD))} and "
+                f"{self.common(COOK)[PAST]} {self.some(FOOD, FOODS_PL, 2, 20)}.")
+
+    def e_count(self) -> str:
+        n = self.between(1, 25)
+        i = int(len(OBJ) * self.random() ** 2)
+        what = f"{_number(n)} {OBJ[i]}" if n == 1 else f"{_number(n)} {OBJS[i]}"
+        return f"On the {self.common(FURN)} there {'was' if n == 1 else 'were'} {what}."
+
+    def e_smell(self) -> str:
+        return f"The {self.place()} smelled of {self.common(FOOD_MASS)} and {self.common(MATERIALS)}."
+
+    def e_walk(self) -> str:
+        c = self.h if self.chance(0.6) else self.f
+        return f"{self.who(c)} {self.common(MOVE)[PAST]} {self.common(ADVERBS)} to the {self.place()}."
+
+    def e_creature(self) -> str:
+        return (f"{_cap(_a(self.common(QUALITIES + TRAITS)))} {self.common(ANIMAL)} was "
+                f"{self.common(MOVE)[ING]} near the {self.place()}.")
+
+    def e_together(self) -> str:
+        return (f"{self.h.name} and {self.f.name} {self.common(MOVE)[PAST]} together until "
+                f"{self.pick(PARTS_OF_DAY)}.")
+
+    def e_memory(self) -> str:
+        c = self.h
+        return (f"{self.who(c)} remembered the {self.pick(SEASONS)} when {c.he} had "
+                f"{self.common(HANDLE)[PARTICIPLE]} {_a(self.thing())}.")
+
+    def e_habit(self) -> str:
+        c = self.h if self.chance(0.5) else self.f
+        return (f"Every {self.pick(DAYS)}, {c.name} {self.common(HANDLE)[PAST]} the {self.common(OBJ)} for "
+                f"{c.his} {self.common(RELATIVES)}.")
+
+    def e_describe(self) -> str:
+        return (f"The {self.obj} was {self.common(QUALITIES)}, {self.common(QUALITIES)} and "
+                f"{self.common(QUALITIES)}.")
+
+    def e_wish(self) -> str:
+        c = self.h if self.chance(0.6) else self.f
+        return (f"{c.name} wanted to {self.common(HANDLE)[BASE]} the {self.obj}, but {c.he} was too "
+                f"{self.common(EMOTIONS)}.")
+
+    def e_give(self) -> str:
+        a, b = (self.h, self.f) if self.chance(0.5) else (self.f, self.h)
+        return (f"{a.name} {self.pick(['gave', 'handed', 'showed', 'passed'])} the {self.thing()} to {b.name}, "
+                f"who {self.common(HANDLE)[PAST]} it {self.common(ADVERBS)}.")
+
+    def e_price(self) -> str:
+        return (f"{self.who(self.h)} paid {self.between(2, 99)} coins for {_a(self.thing())} at the "
+                f"{self.place()}.")
+
+    def e_age(self) -> str:
+        c = self.h if self.chance(0.5) else self.f
+        return f"{c.name} was {_number(self.between(6, 90))} years old."
+
+    def e_could(self) -> str:
+        c = self.h if self.chance(0.5) else self.f
+        return f"From the {self.place()}, {c.name} could see {self.some(ANIMAL, ANIMALS_PL, 1, 30)}."
+
+    def e_clothes(self) -> str:
+        c = self.h if self.chance(0.6) else self.f
+        return (f"{self.who(c)} put on {c.his} {self.common(COLORS)} {self.common(CLOTH)}, because it was "
+                f"{self.pick(WEATHER)}.")
+
+    def e_chat(self) -> str:
+        a, b = (self.h, self.f) if self.chance(0.5) else (self.f, self.h)
+        r = self.random()
+        if r < 0.2:
+            said = self.line(a, f"{self.pick(INTERJECTIONS)}, the {self.place()} is so {self.common(PLACE_ADJECTIVES)} "
+                                f"today", "!")
+        elif r < 0.4:
+            said = self.line(a, f"My {self.common(RELATIVES)} {self.common(HANDLE)[THIRD]} the "
+                                f"{self.common(OBJS)} every {self.pick(DAYS)}")
+        elif r < 0.6:
+            said = self.line(a, f"I have never {self.common(HANDLE)[PARTICIPLE]} {_a(self.thing())} like this")
+        elif r < 0.8:
+            said = self.line(a, f"Are you {self.common(HANDLE)[ING]} the {self.common(OBJ)}, {b.name}", "?")
+        else:
+            said = self.line(a, f"Let's {self.common(MOVE)[BASE]} to the {self.place()} before "
+                                f"{self.pick(PARTS_OF_DAY)}")
+        return said
+
+    def e_why(self) -> str:
+        a, b = (self.h, self.f) if self.chance(0.5) else (self.f, self.h)
+        thing = self.common(OBJ)
+        return (self.line(a, f"Why is the {thing} so {self.common(QUALITIES)}", "?") + " "
+                + self.line(b, f"Because {self.who(self.h).lower() if False else a.he} "
+                               f"{self.common(HANDLE)[PAST]} it {self.common(OTHER_ADVERBS)}"))
+
+    def e_busy(self) -> str:
+        c = self.pet or self.f
+        return f"{c.name} was busy {self.common(MOVE)[ING]} in the {self.place()}."
+
+    def e_time(self) -> str:
+        return (f"At {_number(self.between(1, 12))} o'clock, the {self.common(ROLE)} "
+                f"{self.common(HANDLE)[PAST]} the {self.common(OBJS)}.")
+
+    def e_did_not(self) -> str:
+        c = self.h if self.chance(0.6) else self.f
+        return f"{self.who(c)} did not {self.common(HANDLE)[BASE]} the {self.obj} {self.common(OTHER_ADVERBS)}."
+
+
+def _check_count(num_chars: int) -> None:
+    if not isinstance(num_chars, int) or isinstance(num_chars, bool) or num_chars < 0:
+        raise ValueError(f"num_chars must be a non-negative int, got {num_chars!r}")
+
+
+def generate_corpus(num_chars: int, seed: int = 0) -> str:
+    """Return exactly `num_chars` characters of generated stories (ASCII), separated by blank lines.
+
+    The output depends only on (num_chars, seed), and a shorter corpus is a prefix of a longer one.
+    """
+    _check_count(num_chars)
+    teller = _StoryTeller(random.Random(seed))
+    stories: list[str] = []
+    total = 0
+    while total < num_chars:
+        story = teller.story()
+        total += len(story) + (2 if stories else 0)  # 2 = the "\n\n" between stories
+        stories.append(story)
+    return "\n\n".join(stories)[:num_chars]
+
+
+def default_cache_dir() -> Path:
+    """Where generated files are kept: $MINIGPT_CACHE if set, else ~/.cache/minigpt."""
+    return Path(os.environ.get("MINIGPT_CACHE") or Path.home() / ".cache" / "minigpt")
+
+
+def builtin_corpus_path(num_chars: int = DEFAULT_CORPUS_CHARS, seed: int = 0, cache_dir: Path | None = None) -> Path:
+    """Write the generated corpus to a cache file once (atomically) and return its path.
+
+    A file already there is reused; it is written to a temp file first and renamed, so no reader ever
+    sees half a file.
+    """
+    _check_count(num_chars)
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    path = cache_dir / f"builtin-v{CORPUS_VERSION}-seed{seed}-{num_chars}.txt"
+    if path.is_file() and path.stat().st_size == num_chars:  # ASCII: one byte per char
+        return path
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    text = generate_corpus(num_chars, seed)
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="ascii", newline="") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

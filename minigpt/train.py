@@ -1,0 +1,430 @@
+"""The training loop, with every memory lever: precision, GradScaler, accumulation, checkpointing.
+
+One optimizer step ("a window") is:
+  1. forward + backward on `accum` micro-batches, each loss divided by the number of target tokens in
+     the WHOLE window, so the summed gradients equal those of one big batch;
+  2. (fp16) unscale the gradients, then clip their norm, then step AdamW; a step the GradScaler skips
+     because of inf/NaN gradients does not advance the learning-rate schedule;
+  3. zero the gradients (set_to_none frees their memory until the next backward).
+Under torchrun each process takes its own slice of the window's micro-batches and DistributedDataParallel
+averages the gradients, syncing only on the last micro-batch (no_sync before the others).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from minigpt import distributed as dist_utils
+from minigpt.checkpoint import load_checkpoint, save_checkpoint
+from minigpt.checkpointing import CHECKPOINTING_MODES
+from minigpt.data import TokenData, load_tokens
+from minigpt.device import pick_device
+from minigpt.model import GPT, IGNORE_INDEX, PRESETS, get_config
+from minigpt.precision import autocast_context, check_precision, normalize_precision
+from minigpt.tokenizer import DEFAULT_TOKENIZER, get_tokenizer
+
+
+@dataclass
+class TrainConfig:
+    """Everything a run needs. The CLI, notebooks and tests all build one of these and call train()."""
+
+    preset: str = "10m"
+    precision: str = "fp32"  # fp32 | bf16 | fp16 | bf16-pure (aliases: float32 | bfloat16 | float16)
+    master_weights: bool = False  # bf16-pure only: keep fp32 master weights and optimizer state
+    batch: int = 8  # micro-batch: sequences per forward/backward
+    accum: int = 1  # micro-batches per optimizer step
+    ctx: int | None = None  # tokens per sequence (default: the preset's maximum)
+    checkpointing: str = "none"  # none | full | sqrt | selective
+    dropout: float = 0.0
+    steps: int = 100  # optimizer steps in total (a resumed run continues up to this number)
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    warmup_steps: int | None = None  # default: 5% of steps
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = 1.0  # max grad norm; 0 disables clipping
+    eval_every: int = 0  # steps between val-loss evaluations (0: only at the end)
+    eval_batches: int = 8
+    save_every: int = 0  # steps between checkpoints (0: only at the end); needs `out`
+    seed: int = 0
+    corpus: str | None = None  # a UTF-8 text file; None: the built-in stories
+    tokenizer: str = DEFAULT_TOKENIZER
+    out: str | None = None  # run folder: checkpoint.pt and log.jsonl
+    resume: bool = False
+    device: str = "auto"
+    sample_tokens: int = 60  # tokens generated at the end (0: none)
+    progress: bool | None = None  # tqdm bar; None: only in a terminal
+    verbose: bool = True
+
+    def __post_init__(self) -> None:
+        self.precision = normalize_precision(self.precision)
+        if self.preset not in PRESETS:
+            raise ValueError(f"unknown preset {self.preset!r}; choose one of: {', '.join(PRESETS)}")
+        if self.checkpointing not in CHECKPOINTING_MODES:
+            raise ValueError(
+                f"unknown checkpointing {self.checkpointing!r}; choose one of: {', '.join(CHECKPOINTING_MODES)}"
+            )
+        max_ctx = PRESETS[self.preset].ctx
+        self.ctx = max_ctx if self.ctx is None else self.ctx
+        for name in ("batch", "accum", "ctx", "steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be at least 1, got {getattr(self, name)}")
+        if self.ctx > max_ctx:
+            raise ValueError(f"--ctx {self.ctx} is above the {self.preset} preset's maximum of {max_ctx}")
+        if self.master_weights and self.precision != "bf16-pure":
+            raise ValueError("master_weights only applies to --precision bf16-pure (the others keep fp32 weights)")
+        if (self.save_every or self.resume) and not self.out:
+            raise ValueError("--resume and --save-every need --out, the run folder that holds checkpoint.pt")
+        self.betas = tuple(self.betas)
+
+    @property
+    def warmup(self) -> int:
+        return self.warmup_steps if self.warmup_steps is not None else max(1, self.steps // 20)
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning-rate multiplier after `step` optimizer steps: linear warmup, then cosine decay."""
+    if step < cfg.warmup:
+        return (step + 1) / cfg.warmup
+    progress = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
+    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def make_optimizer(params: list[nn.Parameter], cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices (and the embedding) only, not on norm gains."""
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
+
+
+class MasterWeights:
+    """fp32 copies of a bf16 model's parameters: the optimizer updates these, then they are rounded back.
+
+    An update smaller than half a bf16 step would vanish if added to the bf16 weight directly; added
+    to the fp32 copy it accumulates until it is large enough to show in bf16.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.pairs = [(p, p.detach().float().requires_grad_(True)) for p in model.parameters()]
+
+    @property
+    def params(self) -> list[torch.Tensor]:
+        return [m for _, m in self.pairs]
+
+    def grads_to_master(self) -> None:
+        for p, m in self.pairs:
+            m.grad = None if p.grad is None else p.grad.float()
+            p.grad = None
+
+    @torch.no_grad()
+    def master_to_model(self) -> None:
+        for p, m in self.pairs:
+            p.copy_(m)
+
+
+def forward_backward(
+    model: nn.Module,
+    micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
+    device: torch.device,
+    precision: str,
+    scaler: torch.amp.GradScaler | None = None,
+) -> float:
+    """Accumulate the gradients of one window; return the window's mean loss per target token.
+
+    Each micro-batch's summed loss is divided by the number of counted targets in the whole window
+    (across all processes under DDP), not averaged per micro-batch: a mean of per-micro-batch means
+    over-weights the tokens of short (padded) micro-batches.
+    """
+    n_tokens = sum(int((y != IGNORE_INDEX).sum()) for _, y in micro_batches)
+    n_tokens, world = dist_utils.sum_across_processes(n_tokens), dist_utils.world_size()
+    if n_tokens == 0:
+        raise ValueError("every target in this window is IGNORE_INDEX: nothing to learn from")
+    loss_sum = 0.0
+    for i, (x, y) in enumerate(micro_batches):
+        is_last = i == len(micro_batches) - 1
+        # Under DDP, skip the gradient all-reduce on every micro-batch but the last. no_sync must be
+        # entered before the forward pass: DDP prepares its reduction hooks there.
+        sync = contextlib.nullcontext() if is_last or not hasattr(model, "no_sync") else model.no_sync()
+        with sync:
+            with autocast_context(device, precision):  # forward and loss only; backward follows by itself
+                _, summed = model(x.to(device), y.to(device), reduction="sum")
+            # DDP averages over processes, so multiply back by the world size to get a global sum.
+            loss = summed * world / n_tokens
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+        loss_sum += summed.item()
+    return dist_utils.sum_across_processes(loss_sum) / n_tokens
+
+
+@dataclass
+class TrainResult:
+    """What a run produced: the trained model, the per-step history and a summary."""
+
+    config: TrainConfig
+    model: GPT
+    history: list[dict] = field(default_factory=list)  # one record per optimizer step
+    val_history: list[tuple[int, float]] = field(default_factory=list)  # (step, val loss)
+    sample: str = ""
+    effective_batch: int = 0
+
+    @property
+    def losses(self) -> list[float]:
+        return [r["loss"] for r in self.history]
+
+    @property
+    def skipped_steps(self) -> int:
+        return sum(r["skipped"] for r in self.history)
+
+    def summary(self) -> dict:
+        """The JSON `minigpt train --json` prints."""
+        timed = [r["tokens_per_s"] for r in self.history[1:]] or [r["tokens_per_s"] for r in self.history]
+        peaks = [r["peak_memory_bytes"] for r in self.history if r["peak_memory_bytes"] is not None]
+        return {
+            "config": asdict(self.config),
+            "params": self.model.num_params(),
+            "effective_batch": self.effective_batch,
+            "steps": len(self.history) and self.history[-1]["step"],
+            "final_train_loss": self.losses[-1] if self.history else None,
+            "final_val_loss": self.val_history[-1][1] if self.val_history else None,
+            "tokens_per_s": float(np.median(timed)) if timed else None,
+            "skipped_steps": self.skipped_steps,
+            "peak_memory_bytes": max(peaks) if peaks else None,
+            "sample": self.sample,
+        }
+
+
+@torch.no_grad()
+def estimate_loss(
+    model: GPT, data: TokenData, cfg: TrainConfig, device: torch.device, split: str = "val"
+) -> float:
+    """Mean loss over `cfg.eval_batches` fixed batches (same batches every call, RNG untouched)."""
+    was_training = model.training
+    model.eval()
+    gen = torch.Generator().manual_seed(cfg.seed + 10_000)
+    total, count = 0.0, 0
+    for _ in range(cfg.eval_batches):
+        x, y = data.get_batch(split, cfg.batch, cfg.ctx, gen)
+        with autocast_context(device, cfg.precision):
+            _, loss = model(x.to(device), y.to(device), reduction="sum")
+        total, count = total + loss.item(), count + y.numel()
+    model.train(was_training)
+    return total / count
+
+
+def _peak_memory(device: torch.device) -> int | None:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    if device.type == "mps":
+        return torch.mps.driver_allocated_memory()
+    return None  # CPU: minigpt.memory measures saved tensors instead
+
+
+def _rng_state(data_gen: torch.Generator) -> dict:
+    np_state = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
+        "python": list(random.getstate()[1]),
+        "data": data_gen.get_state(),
+    }
+
+
+def _set_rng_state(state: dict, data_gen: torch.Generator) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    name, keys, *rest = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
+    random.setstate((3, tuple(state["python"]), None))
+    data_gen.set_state(state["data"])
+
+
+def _progress_enabled(cfg: TrainConfig) -> bool:
+    if cfg.progress is not None:
+        return cfg.progress
+    return sys.stderr.isatty()
+
+
+def train(
+    cfg: TrainConfig,
+    data: TokenData | None = None,
+    on_step: Callable[[dict], bool | None] | None = None,
+) -> TrainResult:
+    """Train a model as `cfg` says and return the result. `on_step(record)` returning True stops early."""
+    from tqdm.auto import tqdm
+
+    rank, world = dist_utils.setup()  # (0, 1) unless launched by torchrun
+    device = pick_device(cfg.device if world == 1 else dist_utils.local_device(cfg.device))
+    check_precision(device, cfg.precision)  # no silent no-op: fail now if this device can't do it
+    torch.manual_seed(cfg.seed)  # dropout's RNG
+    say = print if (cfg.verbose and rank == 0) else (lambda *a, **k: None)
+
+    data = data or load_tokens(cfg.corpus, cfg.tokenizer)
+    data.check_ctx(cfg.ctx)
+    model = GPT(get_config(cfg.preset, dropout=cfg.dropout), seed=cfg.seed).to(device)
+    model.checkpointing = cfg.checkpointing
+    master = None
+    if cfg.precision == "bf16-pure":
+        model.to(torch.bfloat16)  # weights, and so gradients and AdamW state, all in bf16
+        master = MasterWeights(model) if cfg.master_weights else None
+    train_params = master.params if master else list(model.parameters())
+    optimizer = make_optimizer(train_params, cfg)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s, cfg))
+    scaler = torch.amp.GradScaler(device.type) if cfg.precision == "fp16" else None
+    data_gen = torch.Generator().manual_seed(cfg.seed)
+
+    result = TrainResult(cfg, model, effective_batch=cfg.batch * cfg.accum * world)
+    ckpt_path = Path(cfg.out) / "checkpoint.pt" if cfg.out else None
+    start = 0
+    if cfg.resume:
+        state = load_checkpoint(ckpt_path)
+        model.load_state_dict(state["model"])
+        if master:
+            for (_, m), saved in zip(master.pairs, state["master"]):
+                m.data.copy_(saved)
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        if scaler is not None:
+            scaler.load_state_dict(state["scaler"])
+        _set_rng_state(state["rng"], data_gen)
+        start = state["step"]
+        result.history, result.val_history = state["history"], [tuple(v) for v in state["val_history"]]
+        say(f"resumed from {ckpt_path} at step {start}")
+    elif ckpt_path is not None and ckpt_path.exists():
+        raise FileExistsError(
+            f"{ckpt_path} already holds a checkpoint; pass --resume to continue it, or choose another --out "
+            "(a new run never overwrites a saved one)"
+        )
+
+    def save() -> None:
+        if ckpt_path is None or rank != 0:
+            return
+        state = {
+            "model": model.state_dict(),
+            "master": [m.detach() for m in master.params] if master else None,
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "scaler": scaler.state_dict() if scaler is not None else None,
+            "rng": _rng_state(data_gen),
+            "step": len(result.history),
+            "history": result.history,
+            "val_history": result.val_history,
+            "train_config": asdict(cfg),
+            "model_config": model.cfg.to_dict(),
+        }
+        save_checkpoint(state, ckpt_path)
+
+    ddp_model = dist_utils.wrap(model, device) if world > 1 else model
+    n_window = cfg.batch * cfg.accum  # sequences this process handles per optimizer step
+    say(
+        f"effective batch = {cfg.batch} (micro-batch) x {cfg.accum} (accum) x {world} (processes) = "
+        f"{result.effective_batch} sequences = {result.effective_batch * cfg.ctx:,} tokens per step"
+    )
+    log = None
+    if cfg.out and rank == 0:  # the JSONL log: rewritten from the checkpoint's history, then appended
+        Path(cfg.out).mkdir(parents=True, exist_ok=True)
+        log = open(Path(cfg.out) / "log.jsonl", "w")  # noqa: SIM115
+        log.writelines(json.dumps(r) + "\n" for r in result.history)
+    bar = tqdm(total=cfg.steps, initial=start, disable=not (_progress_enabled(cfg) and rank == 0), desc="train")
+    model.train()
+    for step in range(start, cfg.steps):
+        t0 = time.perf_counter()
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        # Every process draws the same window and takes its own slice: the effective batch is the same
+        # sequences whatever the number of processes.
+        x, y = data.get_batch("train", n_window * world, cfg.ctx, data_gen)
+        x, y = x[rank * n_window : (rank + 1) * n_window], y[rank * n_window : (rank + 1) * n_window]
+        micro = list(zip(x.split(cfg.batch), y.split(cfg.batch)))
+        loss = forward_backward(ddp_model, micro, device, cfg.precision, scaler)
+
+        if master:
+            master.grads_to_master()
+        if scaler is not None:
+            scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+        clip = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(train_params, clip))
+        lr = scheduler.get_last_lr()[0]
+        if scaler is not None:
+            scale = scaler.get_scale()
+            scaler.step(optimizer)  # skipped if the gradients hold inf/NaN
+            scaler.update()  # halves the scale after a skip, grows it after 2000 clean steps
+            skipped = scaler.get_scale() < scale
+        else:
+            scale, skipped = None, False
+            optimizer.step()
+        if not skipped:
+            scheduler.step()  # a skipped step is not a step of the schedule
+        optimizer.zero_grad(set_to_none=True)
+        if master:
+            master.master_to_model()
+
+        elapsed = time.perf_counter() - t0
+        record = {
+            "step": step + 1,
+            "loss": loss,
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "tokens_per_s": n_window * world * cfg.ctx / elapsed,
+            "scale": scale,
+            "skipped": bool(skipped),
+            "peak_memory_bytes": _peak_memory(device),
+        }
+        is_last = step + 1 == cfg.steps
+        if rank == 0 and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or is_last):
+            record["val_loss"] = estimate_loss(model, data, cfg, device)
+            result.val_history.append((step + 1, record["val_loss"]))
+        result.history.append(record)
+        if log:
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss:.3f}")
+        stop = bool(on_step(record)) if on_step else False
+        if is_last or stop or (cfg.save_every and (step + 1) % cfg.save_every == 0):
+            save()
+        if stop:
+            break
+    bar.close()
+    if log:
+        log.close()
+
+    if cfg.sample_tokens and rank == 0:
+        result.sample = sample_text(model, cfg.tokenizer, cfg.sample_tokens, device, seed=cfg.seed)
+    dist_utils.teardown()
+    if result.history:
+        s = result.summary()
+        say(f"done: {s['steps']} steps, train loss {s['final_train_loss']:.3f}, val loss "
+            f"{s['final_val_loss'] or float('nan'):.3f}, {s['tokens_per_s']:,.0f} tokens/s")
+    return result
+
+
+def sample_text(
+    model: GPT, tokenizer: str, n_tokens: int, device: torch.device, prompt: str = "", seed: int = 0
+) -> str:
+    """Generate `n_tokens` after `prompt` (or after <|endoftext|>) with temperature 0.8, top-k 50."""
+    enc = get_tokenizer(tokenizer)
+    ids = enc.encode_ordinary(prompt) if prompt else [enc.eot_token]
+    idx = torch.tensor([ids], device=device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    out = model.generate(idx, n_tokens, temperature=0.8, top_k=50, generator=gen)
+    return prompt + enc.decode(out[0, len(ids) :].tolist())
+
+
+def train_and_report(cfg: TrainConfig) -> dict:
+    """train() for another process (minigpt.distributed.spawn_on_cpu): returns plain data, not the model."""
+    result = train(cfg)
+    return {"summary": result.summary(), "history": result.history, "state_dict": result.model.state_dict()}

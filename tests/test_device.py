@@ -1,0 +1,80 @@
+import pytest
+import torch
+
+from minigpt import device as device_module
+from minigpt.device import DeviceInfo, available_devices, device_info, doctor_rows, pick_device
+
+HAS_CUDA = torch.cuda.is_available()
+HAS_MPS = torch.backends.mps.is_available()
+
+
+def test_auto_picks_cuda_then_mps_then_cpu():
+    expected = "cuda" if HAS_CUDA else "mps" if HAS_MPS else "cpu"
+    assert pick_device() == pick_device("auto") == torch.device(expected)
+    assert available_devices()[-1] == "cpu"
+
+
+def test_auto_order_with_simulated_devices(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(device_module, "_mps_available", lambda: True)
+    assert pick_device() == torch.device("mps")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert pick_device() == torch.device("cuda")
+    assert available_devices() == ["cuda:0", "cuda:1", "mps", "cpu"]
+
+
+def test_cpu_is_always_honoured():
+    assert pick_device("cpu") == pick_device(" CPU ") == torch.device("cpu")
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="needs a machine without a GPU")
+def test_requesting_missing_cuda_says_what_is_available():
+    for name in ("cuda", "cuda:1"):
+        with pytest.raises(ValueError, match="not available.*Available: cpu") as info:
+            pick_device(name)
+        assert name in str(info.value)
+
+
+@pytest.mark.skipif(HAS_MPS, reason="needs a machine without MPS")
+def test_requesting_missing_mps_is_a_clear_error():
+    with pytest.raises(ValueError, match="'mps' is not available"):
+        pick_device("mps")
+
+
+def test_bad_device_names():
+    with pytest.raises(ValueError, match="not a device name"):
+        pick_device("gpu")
+    with pytest.raises(ValueError, match="not supported by this course"):
+        pick_device("meta")
+
+
+def test_cpu_device_info():
+    info = device_info("cpu")
+    assert isinstance(info, DeviceInfo) and info.type == "cpu" and info.name
+    assert info.supports_bf16  # torch implements bf16 on every CPU (emulated through fp32 where no hardware)
+    assert info.total_memory_bytes is None or info.total_memory_bytes > 2**20
+    assert info.bf16_is_fast == bool(device_module.cpu_bf16_hardware())
+    line = info.describe()
+    assert line.startswith("cpu ") and "bf16: yes" in line and "fp16 autocast:" in line
+
+
+def test_describe_for_a_simulated_t4():
+    t4 = DeviceInfo(type="cuda", device="cuda:0", name="Tesla T4", total_memory_bytes=15 * 2**30,
+                    supports_bf16=False, bf16_is_fast=False, supports_fp16_autocast=True,
+                    compute_capability=(7, 5))
+    assert t4.describe() == "cuda:0 Tesla T4 (sm_75), 15.0 GiB, bf16: no, fp16 autocast: yes"
+
+
+def test_doctor_rows():
+    rows = dict(doctor_rows())
+    assert torch.__version__ in rows["torch"]
+    for key in ("python", "numpy", "tiktoken", "jupyter (jupyter_core)", "nbval", "matplotlib",
+                "device picked", "device name", "device memory", "bf16", "fp16 autocast", "CPU threads"):
+        assert rows[key], key
+    assert rows["device picked"].split(":")[0] == pick_device().type
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in doctor_rows())
+
+
+def test_missing_package_reads_not_installed():
+    assert device_module.package_version("no-such-package-minigpt") == "not installed"
