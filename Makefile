@@ -8,7 +8,7 @@ TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lab lint clean
+.PHONY: setup demo test lab lint badges clean
 
 setup: $(STAMP)
 
@@ -21,14 +21,20 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(VENV)/bin/minigpt demo
 
+# Package tests, then every chapter notebook re-run and compared with its stored outputs (nbval).
 test: setup
 	$(PY) -m pytest tests/ -q -p no:cacheprovider
+	$(PY) -m pytest --nbval chapters/ -q -p no:cacheprovider
 
 lab: setup
 	$(VENV)/bin/jupyter lab chapters/
 
 lint: setup
 	$(VENV)/bin/ruff check minigpt tests scripts
+
+# Point every notebook's Colab badge and setup cell at another GitHub repo: make badges REPO=owner/name
+badges: setup
+	$(PY) scripts/badges.py $(if $(REPO),--repo $(REPO))
 
 clean:
 	rm -rf $(VENV) .pytest_cache demo_out slides

@@ -6,13 +6,16 @@ from minigpt.train import TrainConfig, train_and_report
 
 def test_ddp_two_processes_accum_2_equals_one_process_accum_4():
     """Each rank takes half of the same window, so 2 x accum 2 sees the sequences of 1 x accum 4."""
-    common = dict(preset="tiny", batch=2, ctx=32, steps=2, sample_tokens=0, verbose=False)
+    common = dict(preset="tiny", batch=2, ctx=32, steps=1, sample_tokens=0, verbose=False)
     ranks = spawn_on_cpu(train_and_report, (TrainConfig(accum=2, **common),), world=2)
     single = train_and_report(TrainConfig(accum=4, **common))
     for name, p in single["state_dict"].items():
         for r in ranks:
-            # gloo averages in a different order than one process sums: fp32 rounding noise only.
-            torch.testing.assert_close(r["state_dict"][name], p, rtol=1e-5, atol=1e-6, msg=name)
+            # gloo sums in a different order than one process: ~1e-7 relative noise in the gradients.
+            # AdamW divides each gradient by its own magnitude, so for near-zero gradients that noise
+            # shows up in the update; the first AdamW update is at most lr = 1e-3 per entry, and 1e-5 is 1% of it.
+            torch.testing.assert_close(r["state_dict"][name], p, rtol=0, atol=1e-5)
     assert [h["loss"] for h in ranks[0]["history"]] == [h["loss"] for h in ranks[1]["history"]]
     for a, b in zip(ranks[0]["history"], single["history"]):
-        assert abs(a["loss"] - b["loss"]) < 1e-5
+        assert abs(a["loss"] - b["loss"]) < 1e-5  # the window's mean loss over the same 8 sequences
+        assert abs(a["grad_norm"] - b["grad_norm"]) < 1e-4 * b["grad_norm"]
