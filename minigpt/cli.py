@@ -114,7 +114,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
                       sample_tokens=80)  # fmt: skip
     result = train(cfg)
     s = result.summary()
-    rows = [(r["step"], f"{r['loss']:.3f}", f"{r['tokens_per_s']:,.0f}") for r in result.history[:: max(1, len(result.history) // 8)]]
+    every = max(1, len(result.history) // 8)
+    rows = [(r["step"], f"{r['loss']:.3f}", f"{r['tokens_per_s']:,.0f}") for r in result.history[::every]]
     print(tabulate(rows, headers=["step", "train loss", "tokens/s"], tablefmt="github"))
     print(f"\nval loss {s['final_val_loss']:.3f} after {s['steps']} steps; median {s['tokens_per_s']:,.0f} tokens/s")
     print(f"\nsample:\n{result.sample}")

@@ -17,17 +17,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from minigpt.corpus import builtin_corpus_path
+from minigpt.corpus import builtin_corpus_path, default_cache_dir
 from minigpt.tokenizer import DEFAULT_TOKENIZER, get_tokenizer
 
 CACHE_VERSION = 1
 VAL_FRACTION = 0.1  # the last 10% of the tokens are held out for validation
 _CHUNK_CHARS = 1 << 20  # tokenize in ~1 MB pieces, cut after a newline
-
-
-def cache_dir() -> Path:
-    """Where tokenized corpora live: $MINIGPT_CACHE, else ~/.cache/minigpt."""
-    return Path(os.environ.get("MINIGPT_CACHE", Path.home() / ".cache" / "minigpt"))
 
 
 def read_corpus_text(path: str | Path) -> str:
@@ -79,7 +74,7 @@ def tokenize_to_cache(corpus: str | Path, tokenizer: str = DEFAULT_TOKENIZER, ca
             f"tokenizer {tokenizer!r} has {enc.n_vocab} tokens, more than a uint16 token cache holds (65536)"
         )
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-    base = (cache or cache_dir()) / "tokens" / f"{corpus.stem}-{digest}-{tokenizer}"
+    base = (cache or default_cache_dir()) / "tokens" / f"{corpus.stem}-{digest}-{tokenizer}"
     bin_path, meta_path = base.with_suffix(".bin"), base.with_suffix(".json")
     if meta_path.exists() and bin_path.exists():
         meta = json.loads(meta_path.read_text())
@@ -139,7 +134,7 @@ def load_tokens(
     corpus: str | Path | None = None, tokenizer: str = DEFAULT_TOKENIZER, cache: Path | None = None
 ) -> TokenData:
     """Tokenized train/val splits of `corpus` (None: the built-in generated stories)."""
-    path = Path(corpus) if corpus is not None else builtin_corpus_path(cache_dir=cache or cache_dir())
+    path = Path(corpus) if corpus is not None else builtin_corpus_path(cache_dir=cache or default_cache_dir())
     tokens = np.memmap(tokenize_to_cache(path, tokenizer, cache), dtype=np.uint16, mode="r")
     n_val = int(len(tokens) * VAL_FRACTION)
     return TokenData(tokens[: len(tokens) - n_val], tokens[len(tokens) - n_val :], tokenizer, str(path))

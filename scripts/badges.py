@@ -10,8 +10,9 @@ import argparse
 import json
 import re
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIRS = ("chapters", "exercises", "solutions")

@@ -1,6 +1,7 @@
 import os
 import tempfile
 
+import numpy as np
 import pytest
 import torch
 
@@ -18,9 +19,8 @@ def tiny_cfg():
     return ModelConfig(n_layer=2, n_head=2, n_embd=32, ctx=16, vocab_size=64)
 
 
-def markov_tokens(n: int, vocab: int = 256, seed: int = 0) -> "np.ndarray":
+def markov_tokens(n: int, vocab: int = 256, seed: int = 0) -> np.ndarray:
     """A learnable token stream: each token has 4 likely successors (a sparse Markov chain)."""
-    import numpy as np
 
     rng = np.random.default_rng(seed)
     successors = rng.integers(0, vocab, size=(vocab, 4))

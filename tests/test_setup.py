@@ -2,8 +2,9 @@
 
 import json
 import re
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 from minigpt.cli import main
 from minigpt.model import PRESETS, count_params
