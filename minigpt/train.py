@@ -31,7 +31,7 @@ from minigpt.checkpoint import load_checkpoint, save_checkpoint
 from minigpt.checkpointing import CHECKPOINTING_MODES
 from minigpt.data import TokenData, load_tokens
 from minigpt.device import pick_device
-from minigpt.model import GPT, IGNORE_INDEX, PRESETS, get_config
+from minigpt.model import GPT, IGNORE_INDEX, PRESETS, ModelConfig, get_config
 from minigpt.precision import autocast_context, check_precision, normalize_precision
 from minigpt.tokenizer import DEFAULT_TOKENIZER, get_tokenizer
 
@@ -169,6 +169,78 @@ def forward_backward(
 
 
 @dataclass
+class StepState:
+    """Everything an optimizer step touches: the model and what updates it."""
+
+    model: GPT
+    optimizer: torch.optim.AdamW
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scaler: torch.amp.GradScaler | None  # fp16 only
+    master: MasterWeights | None  # bf16-pure with master_weights only
+
+    @property
+    def train_params(self) -> list[torch.Tensor]:
+        """The tensors AdamW updates: the fp32 master copies if there are any, else the model's own."""
+        return self.master.params if self.master else list(self.model.parameters())
+
+
+def build_step_state(model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device) -> StepState:
+    """The model (seeded init, checkpointing mode, dtype for the precision) and its optimizer, schedule, scaler."""
+    model = GPT(model_cfg, seed=cfg.seed).to(device)
+    model.checkpointing = cfg.checkpointing
+    master = None
+    if cfg.precision == "bf16-pure":
+        model.to(torch.bfloat16)  # weights, and so gradients and AdamW state, all in bf16
+        master = MasterWeights(model) if cfg.master_weights else None
+    optimizer = make_optimizer(master.params if master else list(model.parameters()), cfg)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s, cfg))
+    scaler = torch.amp.GradScaler(device.type) if cfg.precision == "fp16" else None
+    return StepState(model, optimizer, scheduler, scaler, master)
+
+
+def optimizer_step(state: StepState, grad_clip: float) -> tuple[float, float, float | None, bool]:
+    """Unscale (fp16), clip, step AdamW, advance the schedule unless the step was skipped, zero the grads.
+
+    Returns (grad norm before clipping, lr used, loss scale used or None, whether the step was skipped).
+    """
+    optimizer, scaler = state.optimizer, state.scaler
+    if state.master:
+        state.master.grads_to_master()
+    if scaler is not None:
+        scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+    clip = grad_clip if grad_clip > 0 else float("inf")
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(state.train_params, clip))
+    lr = state.scheduler.get_last_lr()[0]
+    if scaler is not None:
+        scale = scaler.get_scale()
+        scaler.step(optimizer)  # skipped if the gradients hold inf/NaN
+        scaler.update()  # halves the scale after a skip, grows it after 2000 clean steps
+        skipped = scaler.get_scale() < scale
+    else:
+        scale, skipped = None, False
+        optimizer.step()
+    if not skipped:
+        state.scheduler.step()  # a skipped step is not a step of the schedule
+    optimizer.zero_grad(set_to_none=True)  # frees the gradients' memory until the next backward
+    if state.master:
+        state.master.master_to_model()
+    return grad_norm, lr, scale, bool(skipped)
+
+
+def train_step(
+    state: StepState, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device,
+    precision: str, grad_clip: float = 1.0, module: nn.Module | None = None,
+) -> dict:
+    """One optimizer step on one window of micro-batches: forward_backward, then optimizer_step.
+
+    `module` is what runs the forward: the DDP wrapper of state.model under torchrun (default: state.model).
+    """
+    loss = forward_backward(module or state.model, micro_batches, device, precision, state.scaler)
+    grad_norm, lr, scale, skipped = optimizer_step(state, grad_clip)
+    return {"loss": loss, "lr": lr, "grad_norm": grad_norm, "scale": scale, "skipped": skipped}
+
+
+@dataclass
 class TrainResult:
     """What a run produced: the trained model, the per-step history and a summary."""
 
@@ -274,34 +346,27 @@ def train(
 
     data = data or load_tokens(cfg.corpus, cfg.tokenizer)
     data.check_ctx(cfg.ctx)
-    model = GPT(get_config(cfg.preset, dropout=cfg.dropout), seed=cfg.seed).to(device)
-    model.checkpointing = cfg.checkpointing
-    master = None
-    if cfg.precision == "bf16-pure":
-        model.to(torch.bfloat16)  # weights, and so gradients and AdamW state, all in bf16
-        master = MasterWeights(model) if cfg.master_weights else None
-    train_params = master.params if master else list(model.parameters())
-    optimizer = make_optimizer(train_params, cfg)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s, cfg))
-    scaler = torch.amp.GradScaler(device.type) if cfg.precision == "fp16" else None
+    state = build_step_state(get_config(cfg.preset, dropout=cfg.dropout), cfg, device)
+    model, optimizer, scheduler, scaler, master = (state.model, state.optimizer, state.scheduler,
+                                                   state.scaler, state.master)  # fmt: skip
     data_gen = torch.Generator().manual_seed(cfg.seed)
 
     result = TrainResult(cfg, model, effective_batch=cfg.batch * cfg.accum * world)
     ckpt_path = Path(cfg.out) / "checkpoint.pt" if cfg.out else None
     start = 0
     if cfg.resume:
-        state = load_checkpoint(ckpt_path)
-        model.load_state_dict(state["model"])
+        saved = load_checkpoint(ckpt_path)
+        model.load_state_dict(saved["model"])
         if master:
-            for (_, m), saved in zip(master.pairs, state["master"]):
-                m.data.copy_(saved)
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
+            for (_, m), value in zip(master.pairs, saved["master"]):
+                m.data.copy_(value)
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
         if scaler is not None:
-            scaler.load_state_dict(state["scaler"])
-        _set_rng_state(state["rng"], data_gen)
-        start = state["step"]
-        result.history, result.val_history = state["history"], [tuple(v) for v in state["val_history"]]
+            scaler.load_state_dict(saved["scaler"])
+        _set_rng_state(saved["rng"], data_gen)
+        start = saved["step"]
+        result.history, result.val_history = saved["history"], [tuple(v) for v in saved["val_history"]]
         say(f"resumed from {ckpt_path} at step {start}")
     elif ckpt_path is not None and ckpt_path.exists():
         raise FileExistsError(
@@ -312,7 +377,7 @@ def train(
     def save() -> None:
         if ckpt_path is None or rank != 0:
             return
-        state = {
+        snapshot = {
             "model": model.state_dict(),
             "master": [m.detach() for m in master.params] if master else None,
             "optimizer": optimizer.state_dict(),
@@ -325,7 +390,7 @@ def train(
             "train_config": asdict(cfg),
             "model_config": model.cfg.to_dict(),
         }
-        save_checkpoint(state, ckpt_path)
+        save_checkpoint(snapshot, ckpt_path)
 
     ddp_model = dist_utils.wrap(model, device) if world > 1 else model
     n_window = cfg.batch * cfg.accum  # sequences this process handles per optimizer step
@@ -349,40 +414,9 @@ def train(
         x, y = data.get_batch("train", n_window * world, cfg.ctx, data_gen)
         x, y = x[rank * n_window : (rank + 1) * n_window], y[rank * n_window : (rank + 1) * n_window]
         micro = list(zip(x.split(cfg.batch), y.split(cfg.batch)))
-        loss = forward_backward(ddp_model, micro, device, cfg.precision, scaler)
-
-        if master:
-            master.grads_to_master()
-        if scaler is not None:
-            scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-        clip = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(train_params, clip))
-        lr = scheduler.get_last_lr()[0]
-        if scaler is not None:
-            scale = scaler.get_scale()
-            scaler.step(optimizer)  # skipped if the gradients hold inf/NaN
-            scaler.update()  # halves the scale after a skip, grows it after 2000 clean steps
-            skipped = scaler.get_scale() < scale
-        else:
-            scale, skipped = None, False
-            optimizer.step()
-        if not skipped:
-            scheduler.step()  # a skipped step is not a step of the schedule
-        optimizer.zero_grad(set_to_none=True)
-        if master:
-            master.master_to_model()
-
-        elapsed = time.perf_counter() - t0
-        record = {
-            "step": step + 1,
-            "loss": loss,
-            "lr": lr,
-            "grad_norm": grad_norm,
-            "tokens_per_s": n_window * world * cfg.ctx / elapsed,
-            "scale": scale,
-            "skipped": bool(skipped),
-            "peak_memory_bytes": _peak_memory(device),
-        }
+        record = {"step": step + 1, **train_step(state, micro, device, cfg.precision, cfg.grad_clip, ddp_model)}
+        record["tokens_per_s"] = n_window * world * cfg.ctx / (time.perf_counter() - t0)
+        record["peak_memory_bytes"] = _peak_memory(device)
         is_last = step + 1 == cfg.steps
         if rank == 0 and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or is_last):
             record["val_loss"] = estimate_loss(model, data, cfg, device)
@@ -392,7 +426,7 @@ def train(
             log.write(json.dumps(record) + "\n")
             log.flush()
         bar.update(1)
-        bar.set_postfix(loss=f"{loss:.3f}")
+        bar.set_postfix(loss=f"{record['loss']:.3f}")
         stop = bool(on_step(record)) if on_step else False
         if is_last or stop or (cfg.save_every and (step + 1) % cfg.save_every == 0):
             save()
