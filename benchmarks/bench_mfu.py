@@ -1,0 +1,167 @@
+"""2. Model FLOPs utilization: achieved FLOP/s of minigpt.train over this machine's measured matmul peak.
+
+FLOPs per token = 3 x the forward FLOPs of minigpt.plan.forward_flops_per_token (backward = 2 forwards):
+6 N for the weight matrices (the tied output head included) plus the causal attention scores and
+mixing, 3 x 2 x 2 x C x ctx/2 per layer. The peak is the best median of square matmuls in the same dtype.
+
+    python -m benchmarks.bench_mfu [--quick] [--device cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.benchlib import (
+    Check,
+    Section,
+    matmul_peak,
+    median_spread,
+    pyplot,
+    save_figure,
+    table,
+    timed_train_steps,
+    token_data,
+)
+from minigpt.data import TokenData
+from minigpt.model import get_config
+from minigpt.plan import forward_flops_per_token
+from minigpt.precision import autocast_dtype, param_dtype
+from minigpt.train import TrainConfig
+
+TARGET = 0.60  # on a CPU in fp32, for 30m and 125m at ctx 256
+SIZES = {
+    False: dict(
+        runs=(("30m", 8), ("125m", 4)),
+        precisions=("fp32", "bf16"),
+        ctx=256,
+        warmup=1,
+        steps=4,
+        peak_sizes=(1024, 2048, 4096),
+        peak_repeats=5,
+    ),
+    True: dict(
+        runs=(("tiny", 2),),
+        precisions=("fp32", "bf16"),
+        ctx=32,
+        warmup=1,
+        steps=1,
+        peak_sizes=(128,),
+        peak_repeats=2,
+    ),
+}
+
+
+def flops_per_token(preset: str, ctx: int) -> float:
+    """Training FLOPs per token: forward + backward (2 forwards) of minigpt.plan's forward count."""
+    return 3 * sum(forward_flops_per_token(get_config(preset), ctx).values())
+
+
+def matmul_dtype(precision: str) -> torch.dtype:
+    """The dtype the matmuls of a precision mode run in (autocast's, else the weights')."""
+    return autocast_dtype(precision) or param_dtype(precision)
+
+
+def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = None) -> Section:
+    t_start, size = time.perf_counter(), SIZES[quick]
+    data = data or token_data(quick)
+    peaks = {
+        p: matmul_peak(matmul_dtype(p), device, size["peak_sizes"], size["peak_repeats"])
+        for p in size["precisions"]
+    }
+    peak_rows = [
+        [
+            p,
+            str(matmul_dtype(p)).removeprefix("torch."),
+            f"{peaks[p]['flops'] / 1e9:,.1f}",
+            f"{peaks[p]['spread']:.1f}",
+            f"{peaks[p]['size']}",
+        ]
+        for p in size["precisions"]
+    ]
+    rows, checks, bars = [], [], []
+    ctx = size["ctx"]
+    for preset, batch in size["runs"]:
+        for precision in size["precisions"]:
+            cfg = TrainConfig(preset=preset, precision=precision, batch=batch, ctx=ctx, device=str(device))
+            med, spread = median_spread(timed_train_steps(cfg, data, size["warmup"], size["steps"]))
+            tokens_per_s = batch * ctx / med
+            achieved = tokens_per_s * flops_per_token(preset, ctx)
+            mfu = achieved / peaks[precision]["flops"]
+            judged = device.type == "cpu" and precision == "fp32"
+            verdict = ("PASS" if mfu >= TARGET else "FAIL") if judged else "no target"
+            rows.append(
+                [
+                    preset,
+                    precision,
+                    batch,
+                    f"{flops_per_token(preset, ctx) / 1e6:,.1f}",
+                    f"{tokens_per_s:,.0f}",
+                    f"{spread:.1f}",
+                    f"{achieved / 1e9:,.1f}",
+                    f"{100 * mfu:.1f}",
+                    verdict,
+                ]
+            )
+            if judged:
+                checks.append(
+                    Check(
+                        f"{preset} fp32 at ctx {ctx} on the CPU: MFU >= {TARGET:.0%}",
+                        f"{mfu:.1%} (step spread {spread:.1f}%)",
+                        mfu >= TARGET,
+                    )
+                )
+            bars.append((f"{preset}\n{precision}", 100 * mfu))
+            print(rows[-1], file=sys.stderr, flush=True)
+
+    body = "\n\n".join(
+        [
+            "Matmul peak of this machine (square n x n matmuls, best size's median):",
+            table(peak_rows, ["precision", "matmul dtype", "peak GFLOP/s", "spread %", "n"]),
+            f"Training at ctx {ctx} ({size['warmup']} warm-up step, median of {size['steps']} timed steps of "
+            "`minigpt.train.train()`):",
+            table(
+                rows,
+                [
+                    "preset",
+                    "precision",
+                    "batch",
+                    "MFLOP/token",
+                    "tokens/s",
+                    "spread %",
+                    "achieved GFLOP/s",
+                    "MFU %",
+                    f">= {TARGET:.0%} (CPU fp32)",
+                ],
+            ),
+        ]
+    )
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    ax.bar([b[0] for b in bars], [b[1] for b in bars], color="tab:blue")
+    ax.axhline(100 * TARGET, color="tab:red", linestyle="--", label=f"target {TARGET:.0%} (CPU fp32)")
+    ax.set_ylabel("MFU % of measured matmul peak")
+    ax.set_title(f"Model FLOPs utilization at ctx {ctx}")
+    ax.legend()
+    figure = save_figure(fig, out, "mfu.png")
+    return Section("2. Model FLOPs utilization", body, checks, [figure], time.perf_counter() - t_start)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the code path in seconds")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent)
+    args = parser.parse_args(argv)
+    section = run(args.quick, args.out, torch.device(args.device))
+    print(section.body)
+    section.report()
+    return 0 if all(c.passed for c in section.checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""Run every benchmark and write RESULTS.md (machine, torch, date, tables, targets) and PNG plots next to it.
+
+    make bench                                       # = python -m benchmarks.run_all, ~15-20 min on 2 cores
+    python -m benchmarks.run_all --quick --out /tmp/b  # tiny sizes, seconds: checks that everything runs
+
+Each benchmark prints its table and PASS/FAIL per target. The exit status is 1 when a target is missed
+(never in --quick mode, whose sizes are too small to judge) or a benchmark crashed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from benchmarks import (
+    bench_accumulation,
+    bench_checkpointing,
+    bench_loop,
+    bench_memory_grid,
+    bench_mfu,
+    bench_precision,
+)
+from benchmarks.benchlib import Check, Section, machine_is_busy, machine_rows, table, token_data
+
+BENCHMARKS = {
+    "loop": bench_loop,
+    "mfu": bench_mfu,
+    "precision": bench_precision,
+    "checkpointing": bench_checkpointing,
+    "accumulation": bench_accumulation,
+    "memory_grid": bench_memory_grid,
+}
+
+
+def results_markdown(
+    sections: list[Section],
+    header: list[tuple[str, str]],
+    quick: bool,
+    busy: str | None,
+    seconds: float,
+    command: str,
+) -> str:
+    """RESULTS.md: where and when, a summary of every target, then one section per benchmark."""
+    checks = [(s.title, c) for s in sections for c in s.checks]
+    passed = sum(c.passed for _, c in checks)
+    parts = [
+        "# Benchmarks",
+        f"Written by `{command}` in {seconds / 60:.1f} min. Timings: median of the timed "
+        "runs after warm-up; spread = (max - min) / median of those runs.",
+    ]
+    if quick:
+        parts.append(
+            "> **QUICK RUN** (tiny sizes): it checks that the benchmarks run; its numbers judge nothing."
+        )
+    if busy:
+        parts.append(f"> **Warning:** {busy}.")
+    parts.append(table([list(row) for row in header], ["what", "value"]))
+    parts.append(
+        f"## Targets: {passed} of {len(checks)} met\n\n"
+        + table(
+            [[title, c.target, c.measured, "PASS" if c.passed else "FAIL"] for title, c in checks],
+            ["benchmark", "target", "measured", "result"],
+        )
+    )
+    parts += [s.markdown() for s in sections]
+    return "\n\n".join(parts) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the code paths in seconds")
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).parent, help="where RESULTS.md and PNGs go"
+    )
+    parser.add_argument("--device", default="cpu", help="cpu (the course machine) or cuda")
+    parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), help="run only these benchmarks")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no GPU here")
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    t_start, busy, header = time.perf_counter(), machine_is_busy(), machine_rows(device)
+    if busy:
+        print(f"WARNING: {busy}", file=sys.stderr)
+    data = token_data(args.quick)
+    sections = []
+    for name in args.only or BENCHMARKS:
+        print(f"\n=== {name} ===", flush=True)
+        t0 = time.perf_counter()
+        try:
+            section = BENCHMARKS[name].run(args.quick, args.out, device, data)
+        except Exception as error:  # noqa: BLE001 - one crashed benchmark must not hide the others
+            detail = traceback.format_exc()
+            print(detail, file=sys.stderr)
+            section = Section(
+                name,
+                f"```\n{detail}\n```",
+                [Check(f"{name} runs to the end", f"crashed: {type(error).__name__}: {error}", False)],
+                seconds=time.perf_counter() - t0,
+            )
+        if name != "memory_grid":
+            print(section.body)
+        section.report()
+        sections.append(section)
+
+    command = (
+        "python -m benchmarks.run_all"
+        + (" --quick" if args.quick else "")
+        + (f" --device {args.device}" if args.device != "cpu" else "")
+    )
+    text = results_markdown(sections, header, args.quick, busy, time.perf_counter() - t_start, command)
+    (args.out / "RESULTS.md").write_text(text)
+    failed = [c for s in sections for c in s.checks if not c.passed]
+    print(
+        f"\nwrote {args.out / 'RESULTS.md'} in {(time.perf_counter() - t_start) / 60:.1f} min; "
+        f"{len(failed)} target(s) missed"
+    )
+    crashed = any(c.target.endswith("runs to the end") for c in failed)
+    return 1 if crashed or (failed and not args.quick) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

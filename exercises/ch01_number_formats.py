@@ -1,0 +1,62 @@
+# Chapter 1 exercises, generated from solutions/ch01_number_formats.py by scripts/make_exercises.py.
+# Learners: replace each `raise NotImplementedError(...)` with your answer, then grade it:
+#     pytest exercises/ -k 1.1      (one exercise)        pytest exercises/      (all of them)
+# ruff: noqa: F401  (the imports are the ones your answers will need)
+"""Chapter 1 exercises: number formats, one bit at a time.
+
+Each function is one exercise; its docstring states the task. Work with torch only: the point is to do
+by hand what minigpt.precision does for you (the grader compares your answers with it).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+# The integer type of the same width as each float format: viewing a tensor as it keeps the bytes.
+INT_OF_WIDTH = {32: torch.int32, 16: torch.int16}
+
+
+def decode_float(value: float, dtype: torch.dtype) -> tuple[str, str, str]:
+    """Exercise 1.1: round `value` into `dtype` (fp32, fp16 or bf16) and return its bits as three strings.
+
+    Return (sign, exponent, mantissa), e.g. decode_float(1.0, torch.bfloat16) == ("0", "01111111", "0000000").
+    Store the value in a one-element tensor of `dtype`, view it as an integer of the same width
+    (tensor.view(torch.int16) keeps the bytes, no conversion), and split its binary digits. The number
+    of mantissa bits is -log2(torch.finfo(dtype).eps); the exponent has the bits that are left after the sign.
+    """
+    raise NotImplementedError("Exercise 1.1: view the tensor as an int of the same width, format it as binary digits, then split - see chapters/01_number_formats.ipynb")
+
+
+def value_from_bits(sign: str, exponent: str, mantissa: str) -> float:
+    """Exercise 1.2: the number that a sign, exponent and mantissa bit string stand for (the inverse of 1.1).
+
+    The format follows from the lengths: bias = 2**(len(exponent) - 1) - 1, E = int(exponent, 2),
+    M = int(mantissa, 2), m = len(mantissa). Then
+      normal (0 < E < all ones):  (-1)**s * (1 + M / 2**m) * 2**(E - bias)   (the leading 1 is implicit)
+      subnormal (E == 0):         (-1)**s * (M / 2**m) * 2**(1 - bias)       (no implicit 1, same exponent as E=1)
+      E all ones:                 inf (M == 0) or nan (M != 0)
+    e.g. value_from_bits("0", "01111111", "1000000") == 1.5.
+    """
+    raise NotImplementedError("Exercise 1.2: bias = 2**(len(exponent) - 1) - 1; normal numbers have an implicit leading 1 - see chapters/01_number_formats.ipynb")
+
+
+def update_is_lost(w: float, update: float, dtype: torch.dtype) -> bool:
+    """Exercise 1.3: does `w + update` round back to `w` when weights are stored in `dtype`?
+
+    This is why weights kept in bf16 stop learning: a small enough step does nothing at all. Store w in
+    `dtype`, add the update, store the sum in `dtype`, compare. Python floats are fp64: the comparison
+    has to happen after rounding into `dtype`, not before.
+    """
+    raise NotImplementedError("Exercise 1.3: round w into the dtype, add, round the sum into the dtype, then compare - see chapters/01_number_formats.ipynb")
+
+
+def smallest_update_that_survives(w: float, dtype: torch.dtype) -> float:
+    """Exercise 1.4: the threshold above which a positive update to `w` (stored in `dtype`) changes it.
+
+    It is half the gap between w and the next representable value above it: anything smaller rounds
+    back to w. The gap grows with |w| (it is eps * 2**exponent of w, for a normal w), so a big weight
+    loses bigger updates. Find the next value with torch.nextafter in `dtype` (or the bit pattern + 1).
+    """
+    raise NotImplementedError("Exercise 1.4: half the gap to the next value above w in this dtype (torch.nextafter) - see chapters/01_number_formats.ipynb")

@@ -1,0 +1,63 @@
+# Chapter 5 exercises, generated from solutions/ch05_grad_accumulation.py by scripts/make_exercises.py.
+# Learners: replace each `raise NotImplementedError(...)` with your answer, then grade it:
+#     pytest exercises/ -k 5.1      (one exercise)        pytest exercises/      (all of them)
+# ruff: noqa: F401  (the imports are the ones your answers will need)
+"""Chapter 5 exercises: gradient accumulation, normalized by tokens, and the effective-batch arithmetic.
+
+Each function is one exercise; its docstring states the task.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from minigpt import memory
+from minigpt.data import TokenData
+from minigpt.model import IGNORE_INDEX, get_config
+from minigpt.train import TrainConfig, train
+
+
+def accumulate_gradients(model: torch.nn.Module, micro_batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    """Exercise 5.1: accumulate the gradients of one optimizer step over micro-batches, as one big batch would.
+
+    Targets equal to IGNORE_INDEX (-100, padding) do not count. The big batch's loss is the mean over
+    ALL counted targets of the window, so: count the targets of every micro-batch first (n_tokens), then
+    for each micro-batch take the SUMMED loss (model(x, y, reduction="sum")[1]), divide it by n_tokens,
+    and backward. Dividing each micro-batch's mean by the number of micro-batches is the same only when
+    every micro-batch counts as many targets; with padding it over-weights the short ones.
+    Return the window's mean loss per counted target (a float). Do not step or zero the gradients.
+    """
+    raise NotImplementedError("Exercise 5.1: count the window's targets (y != IGNORE_INDEX) first; backward each summed loss / that count - see chapters/05_grad_accumulation.ipynb")
+
+
+def effective_batch(micro_batch: int, accum: int, world_size: int = 1) -> int:
+    """Exercise 5.2: sequences per optimizer step, for a micro-batch, accumulation steps and processes (GPUs)."""
+    raise NotImplementedError("Exercise 5.2: each of world_size processes runs accum micro-batches of micro_batch sequences - see chapters/05_grad_accumulation.ipynb")
+
+
+def accum_for(target_batch: int, micro_batch: int, world_size: int = 1) -> int:
+    """Exercise 5.2: accumulation steps that make `target_batch` sequences per step from this micro-batch.
+
+    Raise ValueError (saying which numbers do not divide) when target_batch is not a multiple of
+    micro_batch * world_size: a rounded accum would silently train on another batch size.
+    """
+    raise NotImplementedError("Exercise 5.2: target_batch / (micro_batch * world_size), which must be a whole number - see chapters/05_grad_accumulation.ipynb")
+
+
+def compare_accumulation(
+    effective: int = 16, accums: tuple[int, ...] = (1, 4, 16), preset: str = "tiny", ctx: int = 64,
+    steps: int = 10, device: str = "cpu", data: TokenData | None = None,
+) -> list[dict]:
+    """Exercise 5.3 (seed exercise 2): the same effective batch with accum 1, 4, 16; compare time, memory, loss.
+
+    For each accum: micro_batch = effective // accum; train with minigpt.train.train(TrainConfig(
+    preset=..., batch=micro_batch, accum=accum, ctx=..., steps=..., device=..., seed=0, progress=False,
+    verbose=False, sample_tokens=0), data), timed with time.perf_counter(). Return one dict per accum:
+      accum, micro_batch, seconds (the whole run), final_loss (result.losses[-1]),
+      predicted_peak_bytes (minigpt.memory.estimate(model config, micro_batch, ctx, device=device).peak)
+      and measured_peak_bytes (result.summary()["peak_memory_bytes"]; None on a CPU).
+    Defaults are sized for a CPU; the book's version is effective=128 on a GPU.
+    """
+    raise NotImplementedError("Exercise 5.3: micro_batch = effective // accum; one timed train() per accum; estimate() for the memory - see chapters/05_grad_accumulation.ipynb")

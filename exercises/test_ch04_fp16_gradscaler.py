@@ -1,0 +1,172 @@
+"""Grades chapter 4: a scaled fp16 step (unscale before clipping), the scaler's update rule, the schedule on
+skipped steps, and the overflow experiment (seed exercise 4)."""
+
+import copy
+import math
+
+import pytest
+import torch
+
+from minigpt.model import GPT
+
+CHAPTER = "ch04_fp16_gradscaler"
+TINY_LOSS = 1e-5
+
+
+class SmallGradientGPT(GPT):
+    """A GPT whose loss is 1e-5 of the usual, so its gradients are as small as a big model's often are.
+
+    In fp16 (smallest subnormal 2**-24, about 6e-8) most of them flush to zero unless the loss is scaled.
+    """
+
+    def forward(self, idx, targets=None, reduction="mean"):
+        logits, loss = super().forward(idx, targets, reduction)
+        return logits, None if loss is None else loss * TINY_LOSS
+
+
+def _batch(cfg, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, cfg.vocab_size, (4, cfg.ctx + 1), generator=gen)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def _fp32_gradient(model, x, y) -> torch.Tensor:
+    model = copy.deepcopy(model)
+    _, loss = model(x, y)
+    loss.backward()
+    return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+
+def _sgd_step(answers, model, x, y, max_norm, init_scale=2.0**16):
+    """Run the learner's step with SGD(lr=1): the weights then move by exactly minus the clipped gradient."""
+    before = torch.cat([p.detach().flatten() for p in model.parameters()])
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale)
+    out = answers.scaled_fp16_step(model, optimizer, scaler, x, y, max_norm=max_norm)
+    after = torch.cat([p.detach().flatten() for p in model.parameters()])
+    return out, before - after, scaler
+
+
+@pytest.mark.exercise("4.1", points=2)
+def test_clips_the_unscaled_gradients(answers, small_cfg):
+    model = GPT(small_cfg)
+    x, y = _batch(small_cfg)
+    true_norm = _fp32_gradient(model, x, y).norm().item()
+    out, moved, _ = _sgd_step(answers, model, x, y, max_norm=true_norm / 10)
+    # 5%: fp16 matmuls change the gradients by about 0.1%; clipping then sets the norm exactly.
+    assert out["grad_norm"] == pytest.approx(true_norm, rel=0.05), (
+        f"grad_norm {out['grad_norm']:.4g} is not the true gradient norm {true_norm:.4g}"
+        + (": it looks scaled - call scaler.unscale_(optimizer) before clip_grad_norm_"
+           if out["grad_norm"] > 100 * true_norm else "")
+    )
+    assert moved.norm().item() == pytest.approx(true_norm / 10, rel=0.05), (
+        f"with max_norm={true_norm / 10:.3g} the step moved the weights by {moved.norm().item():.3g}: clip the "
+        f"unscaled gradients (scaler.unscale_ before clip_grad_norm_), else you clip numbers 65536x too big"
+    )
+    assert {"loss", "grad_norm", "scale", "skipped"} <= set(out) and out["skipped"] is False
+
+
+@pytest.mark.exercise("4.1", points=2)
+def test_small_gradients_survive_fp16(answers, small_cfg):
+    model = SmallGradientGPT(small_cfg)
+    x, y = _batch(small_cfg, seed=1)
+    reference = _fp32_gradient(model, x, y)
+    _, moved, _ = _sgd_step(answers, model, x, y, max_norm=1e9)  # no clipping: the step is the gradient
+    cosine = torch.nn.functional.cosine_similarity(moved, reference, dim=0).item()
+    zeros = (moved == 0).float().mean().item()
+    # With loss scaling the fp16 gradients match fp32's to ~0.1% (cosine > 0.9999); without it most of these
+    # 1e-5-sized gradients flush to zero (cosine about 0.65): 0.99 separates the two on any device.
+    assert cosine > 0.99 and moved.norm().item() == pytest.approx(reference.norm().item(), rel=0.05), (
+        f"the fp16 gradients differ from fp32's (cosine {cosine:.3f}, {zeros:.0%} exactly zero): small "
+        f"gradients underflow in fp16 - backpropagate scaler.scale(loss), not the loss"
+    )
+
+
+@pytest.mark.exercise("4.1", points=1)
+def test_an_overflow_skips_the_step(answers, small_cfg):
+    model = GPT(small_cfg)
+    x, y = _batch(small_cfg)
+    out, moved, scaler = _sgd_step(answers, model, x, y, max_norm=1.0, init_scale=2.0**40)
+    assert out["skipped"] is True and out["scale"] == 2.0**40, (
+        f"a scale of 2**40 overflows fp16: the step must report skipped=True and scale=2**40, got {out}"
+    )
+    assert not moved.any(), "the scaler found inf gradients, so the weights must not change"
+    assert scaler.get_scale() == 2.0**39, "call scaler.update() after the step: it halves the scale"
+
+
+def _gradscaler_trace(found_infs, init_scale, **kwargs) -> list[tuple[float, int]]:
+    """(scale, growth tracker) after each step of a real GradScaler, fed inf or finite gradients."""
+    w = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([w], lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, **kwargs)
+    trace = []
+    for inf in found_infs:
+        optimizer.zero_grad()
+        scaler.scale(w.sum() * (math.inf if inf else 1.0) + 1.0).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        state = scaler.state_dict()
+        trace.append((state["scale"], state["_growth_tracker"]))
+    return trace
+
+
+@pytest.mark.exercise("4.2", points=3)
+def test_update_scale_matches_gradscaler(answers):
+    gen = torch.Generator().manual_seed(0)
+    patterns = [[False] * 7, [True, True, False, False, False, False], (torch.rand(40, generator=gen) < 0.3).tolist()]
+    settings = [dict(growth_factor=2.0, backoff_factor=0.5, growth_interval=3),
+                dict(growth_factor=4.0, backoff_factor=0.25, growth_interval=1),
+                dict(growth_factor=2.0, backoff_factor=0.5, growth_interval=5)]
+    for kwargs in settings:
+        for found_infs in patterns:
+            want = _gradscaler_trace(found_infs, 1024.0, **kwargs)
+            scale, tracker = 1024.0, 0
+            for i, inf in enumerate(found_infs):
+                scale, tracker = answers.update_scale(scale, tracker, inf, **kwargs)
+                assert (scale, tracker) == want[i], (
+                    f"with {kwargs}, after the steps {['inf' if f else 'ok' for f in found_infs[:i + 1]]} "
+                    f"GradScaler has (scale, tracker) = {want[i]}, you have {(scale, tracker)}"
+                )
+
+
+@pytest.mark.exercise("4.3", points=3)
+def test_schedule_does_not_move_on_a_skipped_step(answers):
+    layer = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: (step + 1) / 10)  # a warmup
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    x = torch.ones(2, 4)
+    for inf, want_skipped in ((True, True), (False, False), (True, True), (False, False)):
+        before = [p.detach().clone() for p in layer.parameters()]
+        lr, epoch = optimizer.param_groups[0]["lr"], scheduler.last_epoch
+        optimizer.zero_grad()
+        scaler.scale(layer(x).sum() * (math.inf if inf else 1.0)).backward()
+        skipped = answers.step_unless_skipped(optimizer, scheduler, scaler)
+        moved = any(not torch.equal(p, b) for p, b in zip(layer.parameters(), before))
+        assert skipped is want_skipped, f"the step {'had inf gradients' if inf else 'was clean'}: skipped={want_skipped}"
+        assert moved is not want_skipped, "step the optimizer through the scaler: scaler.step(optimizer)"
+        if want_skipped:
+            assert scheduler.last_epoch == epoch and optimizer.param_groups[0]["lr"] == lr, (
+                "the learning-rate schedule advanced on a skipped step: step the scheduler only when the "
+                "optimizer really stepped"
+            )
+        else:
+            assert scheduler.last_epoch == epoch + 1, "after a real step, advance the schedule (scheduler.step())"
+
+
+@pytest.mark.exercise("4.4", points=2)
+def test_overflow_experiment_shows_the_scaler_backing_off(answers, token_data):
+    rows = answers.fp16_overflow_experiment(lr=3e-3, steps=3, init_scale=2.0**32, preset="tiny", batch=2,
+                                            ctx=16, device="cpu", data=token_data)
+    assert [r["step"] for r in rows] == [1, 2, 3], "one row per step, numbered from 1"
+    # 2**32 times a gradient of 1/32 (the loss is a mean over 32 tokens) is far above fp16's 65504.
+    assert [r["scale"] for r in rows] == [2.0**32, 2.0**31, 2.0**30] and all(r["skipped"] for r in rows), (
+        f"a scale of 2**32 overflows fp16: each step is skipped and the scale halves; got {rows}"
+    )
+    rows = answers.fp16_overflow_experiment(lr=3e-3, steps=2, init_scale=2.0**10, preset="tiny", batch=2,
+                                            ctx=16, device="cpu", data=token_data)
+    assert [r["skipped"] for r in rows] == [False, False] and {r["scale"] for r in rows} == {2.0**10}, (
+        f"a scale of 1024 does not overflow: no step is skipped and the scale stays until 2000 clean steps; "
+        f"got {rows}"
+    )
+    assert all(math.isfinite(r["loss"]) for r in rows), "the losses must stay finite: the scaler protects the weights"

@@ -1,0 +1,103 @@
+"""Grades chapter 5: token-normalized accumulation, the effective-batch arithmetic, and accum 1/4/16 at a fixed
+effective batch (seed exercise 2)."""
+
+import copy
+import math
+
+import pytest
+import torch
+
+from minigpt import memory
+from minigpt.model import GPT, IGNORE_INDEX, get_config
+
+CHAPTER = "ch05_grad_accumulation"
+
+
+def _window(cfg, n_micro=4, micro=2, padding=None, seed=0):
+    """Micro-batches of random tokens; padding[i] = how many targets at the end of micro-batch i are ignored."""
+    gen = torch.Generator().manual_seed(seed)
+    batches = []
+    for i in range(n_micro):
+        tokens = torch.randint(0, cfg.vocab_size, (micro, cfg.ctx + 1), generator=gen)
+        x, y = tokens[:, :-1], tokens[:, 1:].clone()
+        if padding and padding[i]:
+            y[:, cfg.ctx - padding[i]:] = IGNORE_INDEX
+        batches.append((x, y))
+    return batches
+
+
+def _check_against_one_big_batch(answers, cfg, batches):
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    big = copy.deepcopy(model)
+    x = torch.cat([b[0] for b in batches])
+    y = torch.cat([b[1] for b in batches])
+    _, big_loss = big(x, y)  # the mean over every counted target of the window
+    big_loss.backward()
+    want = torch.cat([p.grad.flatten() for p in big.parameters()])
+
+    loss = answers.accumulate_gradients(model, batches)
+    grads = [p.grad for p in model.parameters()]
+    assert all(g is not None for g in grads), "call backward() on each micro-batch's loss (and do not zero the grads)"
+    got = torch.cat([g.flatten() for g in grads])
+    ratio = (got @ want / (want @ want)).item()
+    # fp32: the micro-batches sum the same terms in another order, an error of about 1e-6 relative.
+    error = ((got - want).norm() / want.norm()).item()
+    hint = ""
+    if abs(ratio - len(batches)) < 0.05 * len(batches):
+        hint = f" - {len(batches)}x: divide each micro-batch's loss before backward (no division by accum?)"
+    elif error > 1e-4:
+        hint = (" - with padding, a mean of per-micro-batch means over-weights short micro-batches: divide each "
+                "summed loss by the number of counted targets in the whole window")
+    assert error < 1e-4, f"accumulated gradients are {ratio:.3f}x one big batch's (relative error {error:.2e}){hint}"
+    assert loss == pytest.approx(big_loss.item(), rel=1e-5), (
+        f"returned loss {loss:.5f}, one big batch's mean loss is {big_loss.item():.5f}"
+    )
+
+
+@pytest.mark.exercise("5.1", points=2)
+def test_equal_micro_batches_match_one_big_batch(answers, small_cfg):
+    _check_against_one_big_batch(answers, small_cfg, _window(small_cfg))
+
+
+@pytest.mark.exercise("5.1", points=2)
+def test_padded_micro_batches_are_normalized_by_tokens(answers, small_cfg):
+    # The last micro-batches are mostly padding, as at the end of a document-packed epoch.
+    batches = _window(small_cfg, padding=[0, 0, 12, 15], seed=1)
+    _check_against_one_big_batch(answers, small_cfg, batches)
+
+
+@pytest.mark.exercise("5.2", points=1)
+def test_effective_batch(answers):
+    assert answers.effective_batch(8, 4) == 32, "8 sequences x 4 micro-batches per step"
+    assert answers.effective_batch(8, 4, world_size=2) == 64, "each of 2 processes runs its own micro-batches"
+    assert answers.effective_batch(32, 1) == 32
+
+
+@pytest.mark.exercise("5.2", points=2)
+def test_accum_for(answers):
+    assert answers.accum_for(128, 32) == 4
+    assert answers.accum_for(128, 8, world_size=4) == 4
+    assert answers.accum_for(16, 16) == 1
+    for target, micro, world in ((100, 32, 1), (128, 48, 1), (128, 32, 3)):
+        with pytest.raises(ValueError):
+            answers.accum_for(target, micro, world_size=world)
+            pytest.fail(f"accum_for({target}, {micro}, world_size={world}) should raise ValueError: not a multiple")
+
+
+@pytest.mark.exercise("5.3", points=3)
+def test_compare_accumulation(answers, token_data):
+    rows = answers.compare_accumulation(effective=4, accums=(1, 2, 4), preset="tiny", ctx=16, steps=2,
+                                        device="cpu", data=token_data)
+    assert [r["accum"] for r in rows] == [1, 2, 4], "one row per accum, in the order given"
+    for r in rows:
+        assert r["micro_batch"] * r["accum"] == 4, f"micro_batch x accum must be the effective batch: {r}"
+        assert r["seconds"] > 0 and math.isfinite(r["final_loss"]), f"bad time or loss in {r}"
+        want = memory.estimate(get_config("tiny"), r["micro_batch"], 16, device="cpu").peak
+        assert r["predicted_peak_bytes"] == want, "predicted_peak_bytes: estimate(config, micro_batch, ctx).peak"
+        assert r["measured_peak_bytes"] is None, "a CPU has no peak-memory counter: report None"
+    peaks = [r["predicted_peak_bytes"] for r in rows]
+    assert peaks == sorted(peaks, reverse=True) and peaks[0] > peaks[-1], "smaller micro-batches need less memory"
+    # The same sequences in every run, split differently: accumulation is exact up to the order of fp32 sums.
+    losses = [r["final_loss"] for r in rows]
+    assert max(losses) - min(losses) < 1e-3, f"the same effective batch should give the same loss: {losses}"

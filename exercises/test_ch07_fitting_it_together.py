@@ -1,0 +1,124 @@
+"""Grades chapter 7: binary-search find_max_batch_size, a small planner, and catching out-of-memory.
+
+The predicates and predictors here are plain functions, so the answers are the same on every machine.
+"""
+
+import functools
+import math
+
+import pytest
+import torch
+
+from minigpt import memory
+from minigpt.model import PRESETS
+from minigpt.plan import plan
+
+CHAPTER = "ch07_fitting_it_together"
+
+
+def _search(answers, threshold, low, high):
+    """Run the learner's search on `batch <= threshold`; return (result, batches tried)."""
+    tried = []
+
+    def fits(batch):
+        tried.append(batch)
+        return batch <= threshold
+
+    return answers.find_max_batch_size(fits, low=low, high=high), tried
+
+
+@pytest.mark.exercise("7.1", points=3)
+def test_binary_search_finds_the_largest_batch(answers):
+    for low, high in ((1, 256), (1, 1), (4, 9), (3, 1000)):
+        for threshold in sorted({low, low + 1, (low + high) // 2, high - 1, high, high + 50, 2 * low + 1}):
+            got, tried = _search(answers, threshold, low, high)
+            want = min(threshold, high) if threshold >= low else 0
+            assert got == want, (f"find_max_batch_size(low={low}, high={high}) returned {got} when every batch "
+                                 f"<= {threshold} fits; expected {want}")
+            assert all(low <= b <= high for b in tried), f"tried batches outside [{low}, {high}]: {tried}"
+            budget = math.ceil(math.log2(high - low + 1)) + 2  # a binary search, plus the check of `low`
+            assert len(tried) <= budget, (
+                f"{len(tried)} tries for a range of {high - low + 1} batches, a binary search needs at most "
+                f"{budget}: each try can be a whole training step"
+            )
+
+
+@pytest.mark.exercise("7.1", points=1)
+def test_nothing_fits_returns_zero(answers):
+    got, tried = _search(answers, threshold=0, low=1, high=64)
+    assert got == 0, f"even batch 1 does not fit: return 0, not {got}"
+    assert len(tried) <= 2, "when `low` does not fit there is nothing to search"
+
+
+def _linear(static, per_sample):
+    """A fake predictor: static bytes + bytes per sequence, by checkpointing mode."""
+    return lambda micro_batch, mode: static + per_sample[mode] * micro_batch
+
+
+@pytest.mark.exercise("7.2", points=3)
+def test_planner_rules(answers):
+    predict = _linear(1000, {"none": 100, "selective": 40, "full": 10})
+    p = answers.plan_micro_batch(12, 1550, predict)  # none: 5 would fit, but 5 does not divide 12
+    assert (p["micro_batch"], p["accum"], p["checkpointing"], p["fits"]) == (4, 3, "none", True), (
+        f"budget 1550 fits up to 5 sequences without checkpointing, but the micro-batch must divide 12: "
+        f"expected micro-batch 4, accum 3, no checkpointing; got {p}"
+    )
+    assert p["predicted_peak_bytes"] == 1400
+    p = answers.plan_micro_batch(16, 1090, predict)  # none does not fit even 1; selective fits 2
+    assert (p["micro_batch"], p["accum"], p["checkpointing"], p["fits"]) == (2, 8, "selective", True), (
+        f"without checkpointing micro-batch 1 needs 1100 > 1090: the cheapest mode that fits is selective, "
+        f"with micro-batch 2 (1080); got {p}"
+    )
+    p = answers.plan_micro_batch(16, 1005, predict)
+    assert (p["micro_batch"], p["checkpointing"], p["fits"]) == (1, "full", False), (
+        f"nothing fits in 1005 bytes: report micro-batch 1 in the mode that needs least, fits=False; got {p}"
+    )
+    assert p["accum"] == 16 and p["predicted_peak_bytes"] == 1010
+
+
+@pytest.mark.exercise("7.2", points=1)
+def test_planner_agrees_with_minigpt_plan(answers):
+    compared = 0
+    for preset, hardware, ctx in (("10m", "t4", 256), ("30m", "t4", 512), ("125m", "a100-80", 1024)):
+        reference = plan(preset, hardware, ctx, 128)
+        if not (reference.fits and reference.checkpointing == "none"):
+            continue  # the package weighs checkpointing modes by time too; compare the plain case only
+        predict = functools.partial(memory.estimate, PRESETS[preset], ctx=ctx, precision=reference.precision,
+                                    device=reference.hardware.kind)
+        p = answers.plan_micro_batch(128, reference.usable_bytes, lambda b, mode: predict(b, checkpointing=mode).peak)
+        assert (p["micro_batch"], p["accum"], p["checkpointing"]) == (reference.micro_batch, reference.accum, "none"), (
+            f"{preset} on {hardware}: minigpt.plan chose micro-batch {reference.micro_batch} x accum "
+            f"{reference.accum}, yours {p['micro_batch']} x {p['accum']} ({p['checkpointing']})"
+        )
+        compared += 1
+    assert compared, "no case to compare with minigpt.plan"
+
+
+@pytest.mark.exercise("7.3", points=2)
+def test_out_of_memory_means_does_not_fit(answers):
+    assert answers.step_fits(lambda: torch.zeros(4).sum()) is True, "a step that runs fits"
+
+    def cuda_oom():
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    def mps_oom():
+        raise RuntimeError("MPS backend out of memory (MPS allocated: 17.00 GB, other allocations: 1.00 GB)")
+
+    assert answers.step_fits(cuda_oom) is False, "torch.OutOfMemoryError means the batch does not fit: return False"
+    assert answers.step_fits(mps_oom) is False, "a RuntimeError saying 'out of memory' (MPS) means it does not fit"
+
+
+@pytest.mark.exercise("7.3", points=2)
+def test_other_errors_are_not_swallowed(answers):
+    assert answers.step_fits(lambda: None) is True, "a step that runs fits"
+    for error in (RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x32 and 64x32)"),
+                  ValueError("ctx=300 is longer than the model's ctx=256")):
+
+        def step(error=error):
+            raise error
+
+        with pytest.raises(type(error)) as raised:
+            answers.step_fits(step)
+            pytest.fail(f"step_fits returned for a step that raised {error!r}: a bug is not 'does not fit'; catch "
+                        f"only out-of-memory errors and re-raise the others, or a search would quietly return 0")
+        assert raised.value is error, f"step_fits should let the step's own error through, got {raised.value!r}"

@@ -1,0 +1,519 @@
+"""Plan a training run for the memory you have: precision, micro-batch, accumulation and checkpointing.
+
+The planner asks minigpt.memory for the predicted peak of one training step and makes four decisions:
+  1. precision: bf16 autocast where the hardware runs it natively, else fp16 with a GradScaler (T4, V100),
+     else fp32 (a CPU without bf16 instructions);
+  2. micro-batch: the largest divisor of the effective batch whose predicted peak fits, so that
+     accum = effective_batch / micro_batch exactly;
+  3. checkpointing: only when even micro-batch 1 does not fit, and then the cheapest mode that fits;
+  4. when nothing fits: a Plan with fits=False and a `lever` sentence saying what would make it fit.
+find_max_batch_size() checks a plan against reality: a binary search over real training steps.
+
+Units: hardware sizes are taken as marketed, in GB (10**9 bytes); every size this module prints is in GiB
+(2**30 bytes), the unit of torch and nvidia-smi: a "16 GB" T4 is 16e9 bytes = 14.9 GiB here. The driver
+reports a little less or more than the box says; the headroom covers that, and detect_hardware() reads
+the real size of this machine's device.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+
+import torch
+
+from minigpt import memory
+from minigpt.checkpointing import CHECKPOINTING_MODES
+from minigpt.model import PRESETS, ModelConfig, count_params
+from minigpt.precision import normalize_precision, static_bytes_per_param
+
+GB = 10**9  # marketing gigabyte: how GPU and RAM sizes are sold
+GIB = 2**30  # how this module reports every size
+
+
+def gib(n_bytes: float) -> str:
+    """`n_bytes` as GiB with two decimals, e.g. "14.90 GiB"."""
+    return f"{n_bytes / GIB:.2f} GiB"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Hardware
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """A device to plan for. memory_bytes is what it has; usable_fraction the part training may use."""
+
+    key: str
+    name: str
+    memory_bytes: int
+    supports_bf16: bool  # native bf16 (Ampere sm_80 and newer, Apple M-series, CPUs with bf16 instructions)
+    supports_fp16: bool  # fast fp16: tensor cores (Volta sm_70 and newer) or Apple's GPU
+    kind: str  # "cuda" | "mps" | "cpu"
+    note: str = ""
+    usable_fraction: float = 1.0  # mps: the GPU may only wire part of the unified memory
+
+    @property
+    def usable_memory_bytes(self) -> int:
+        return int(self.memory_bytes * self.usable_fraction)
+
+
+MPS_USABLE_FRACTION = 2 / 3  # Metal's recommended GPU working set is about 2/3 of RAM on 8-32 GB Macs
+
+_TURING, _VOLTA = "Turing sm_75: fp16 tensor cores, no bf16", "Volta sm_70: fp16 tensor cores, no bf16"
+HARDWARE: dict[str, Hardware] = {
+    h.key: h
+    for h in [
+        Hardware("t4", "NVIDIA T4", 16 * GB, False, True, "cuda", _TURING),
+        Hardware("v100-16", "NVIDIA V100 16GB", 16 * GB, False, True, "cuda", _VOLTA),
+        Hardware("v100-32", "NVIDIA V100 32GB", 32 * GB, False, True, "cuda", _VOLTA),
+        Hardware("l4", "NVIDIA L4", 24 * GB, True, True, "cuda", "Ada sm_89"),
+        Hardware("a10", "NVIDIA A10", 24 * GB, True, True, "cuda", "Ampere sm_86"),
+        Hardware("rtx3090", "NVIDIA RTX 3090", 24 * GB, True, True, "cuda", "Ampere sm_86"),
+        Hardware("rtx4090", "NVIDIA RTX 4090", 24 * GB, True, True, "cuda", "Ada sm_89"),
+        Hardware("a100-40", "NVIDIA A100 40GB", 40 * GB, True, True, "cuda", "Ampere sm_80 (Colab's A100)"),
+        Hardware("a100-80", "NVIDIA A100 80GB", 80 * GB, True, True, "cuda", "Ampere sm_80"),
+        Hardware("h100", "NVIDIA H100 80GB", 80 * GB, True, True, "cuda", "Hopper sm_90"),
+        # Unified memory: 16 GB of RAM by default (pass memory_bytes= your Mac's RAM).
+        Hardware("mps", "Apple M-series GPU", 16 * GB, True, True, "mps",
+                 "unified memory shared with the CPU, the GPU may use about 2/3 of it; bf16 needs macOS 14+",
+                 usable_fraction=MPS_USABLE_FRACTION),
+        # 16 GB of RAM by default (pass memory_bytes= the RAM that is free).
+        Hardware("cpu", "CPU", 16 * GB, False, False, "cpu",
+                 "a typical CPU without bf16 instructions; detect_hardware() describes this machine's"),
+    ]
+}
+
+
+def detect_hardware(device: str | torch.device | None = None) -> Hardware:
+    """This machine's device as a Hardware (default: the one training would pick), from minigpt.device."""
+    from minigpt.device import device_info
+
+    info = device_info(device)
+    fraction = MPS_USABLE_FRACTION if info.type == "mps" else 1.0
+    tensor_cores = info.type == "mps" or (info.compute_capability or (0, 0)) >= (7, 0)  # Volta and newer
+    return Hardware(
+        key="this", name=info.name, memory_bytes=info.total_memory_bytes or 0,
+        supports_bf16=info.bf16_is_fast, supports_fp16=info.supports_fp16_autocast and tensor_cores,
+        kind=info.type, note=info.note, usable_fraction=fraction,
+    )
+
+
+def get_hardware(hardware: str | Hardware) -> Hardware:
+    """A Hardware from its key in HARDWARE (or the Hardware itself); ValueError naming the keys otherwise."""
+    if isinstance(hardware, Hardware):
+        return hardware
+    key = str(hardware).strip().lower()
+    if key not in HARDWARE:
+        raise ValueError(f"unknown hardware {hardware!r}; choose one of: {', '.join(HARDWARE)}")
+    return HARDWARE[key]
+
+
+def choose_precision(hw: Hardware) -> tuple[str, str]:
+    """The precision for `hw`, and why: bf16 if native, else fp16 + GradScaler on a GPU, else fp32."""
+    if hw.supports_bf16:
+        return "bf16", (f"precision bf16 (autocast): the {hw.name} runs bf16 natively, and bf16 has fp32's "
+                        f"range, so no GradScaler is needed")
+    if hw.supports_fp16 and hw.kind != "cpu":
+        return "fp16", (f"precision fp16 (autocast) with a GradScaler: the {hw.name} has fast fp16 but no "
+                        f"bf16 ({hw.note}); fp16 gradients underflow, so the loss is scaled before backward")
+    return "fp32", (f"precision fp32: the {hw.name} has no bf16 instructions, so bf16 would be emulated "
+                    f"through fp32 (slower), and fp16 autocast on a CPU is slower still")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Time cost of checkpointing, from a FLOP model
+
+# FLOP model: backward costs 2 forwards (gradients for the inputs and for the weights). Checkpointing "full"
+# and "sqrt" recompute every block's forward once during backward; "selective" recomputes only the
+# elementwise ops (norms, rotary, SiLU, products), ~0% of the FLOPs but memory-bound, so they take more
+# time than their FLOPs say. ASSUMPTION (a rule of thumb, not measured here): a fifth of a block's time.
+SELECTIVE_RECOMPUTE_SHARE = 0.2
+
+
+def forward_flops_per_token(cfg: ModelConfig, ctx: int) -> dict[str, float]:
+    """Forward FLOPs per token: the blocks (matmuls + causal attention) and the output head (2 per MAC)."""
+    C, H = cfg.n_embd, cfg.mlp_hidden
+    matmuls = 2 * (4 * C * C + 3 * C * H)  # qkv + proj, gate + up + down
+    attention = 2 * 2 * C * ctx / 2  # q.k and p.v; causal: a token sees ctx/2 positions on average
+    return {"blocks": cfg.n_layer * (matmuls + attention), "head": 2 * C * cfg.vocab_size}
+
+
+def relative_step_time(cfg: ModelConfig, ctx: int, checkpointing: str) -> float:
+    """Step time relative to no checkpointing: (forward 1 + backward 2 + recomputed part of forward) / 3."""
+    flops = forward_flops_per_token(cfg, ctx)
+    blocks_share = flops["blocks"] / (flops["blocks"] + flops["head"])  # the head is never recomputed
+    recomputed = {"none": 0.0, "full": blocks_share, "sqrt": blocks_share,
+                  "selective": SELECTIVE_RECOMPUTE_SHARE * blocks_share}[checkpointing]  # fmt: skip
+    return (1 + 2 + recomputed) / 3
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The plan
+
+Predictor = Callable[..., memory.MemoryBreakdown]  # predict(batch, ctx, checkpointing=mode)
+
+
+@dataclass
+class Plan:
+    """A planned run: the choices, the predicted peak, and the reasons behind each choice."""
+
+    preset: str
+    hardware: Hardware
+    ctx: int
+    effective_batch: int
+    precision: str
+    use_scaler: bool
+    micro_batch: int  # when fits is False: the closest attempt (micro-batch 1, the most saving mode)
+    accum: int
+    checkpointing: str
+    predicted_peak_bytes: int
+    usable_bytes: int  # memory the plan may fill: the usable memory minus headroom
+    relative_step_time: float
+    fits: bool
+    reasons: list[str] = field(default_factory=list)
+    lever: str | None = None  # what would make it fit (None when it fits)
+    breakdown: memory.MemoryBreakdown | None = None  # the estimate behind predicted_peak_bytes
+
+    @property
+    def precision_label(self) -> str:
+        return self.precision + (" + GradScaler" if self.use_scaler else "")
+
+    def explain(self) -> str:
+        """The plan as text: the choices, then why each was made (and the lever, if it does not fit)."""
+        b = self.breakdown
+        worst = max(b.moments, key=b.moments.get) if b is not None and getattr(b, "moments", None) else None
+        lines = [
+            f"Plan: {self.preset} at ctx {self.ctx}, effective batch {self.effective_batch}, "
+            f"on {self.hardware.name} ({gib(self.hardware.memory_bytes)})"
+            + ("" if self.fits else "  -- DOES NOT FIT"),
+            f"  precision       {self.precision_label}",
+            f"  micro-batch     {self.micro_batch}",
+            f"  accum           {self.accum}  ({self.micro_batch} x {self.accum} x 1 device = "
+            f"{self.micro_batch * self.accum} sequences per optimizer step)",
+            f"  checkpointing   {self.checkpointing}",
+            f"  predicted peak  {gib(self.predicted_peak_bytes)} of {gib(self.usable_bytes)} usable"
+            + (f" (worst moment: {worst})" if worst else ""),
+        ]
+        if b is not None:
+            lines.append(f"  static          {gib(b.static)} = weights {gib(b.weights)} + grads "
+                         f"{gib(b.gradients)} + AdamW m, v {gib(b.optimizer)}")
+            lines.append(f"  per step        activations {gib(b.activations)}, logits {gib(b.logits)}, "
+                         f"backward's gradients {gib(b.activation_grads)}, autocast weight copies "
+                         f"{gib(b.weight_copies)}, AdamW step {gib(b.optimizer_step)} "
+                         f"(each at its own worst moment)")
+        lines.append(f"  step time       {self.relative_step_time:.2f}x a step without checkpointing")
+        lines.append("Why:")
+        lines += [f"  - {r}" for r in self.reasons]
+        if self.lever:
+            lines.append(f"What would make it fit: {self.lever}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        """Plain data (for JSON): every field, with the hardware and the memory breakdown as dicts."""
+        return {**asdict(self), "breakdown": self.breakdown.to_dict() if self.breakdown else None}
+
+
+def _largest_micro_batch(predict: Predictor, ctx: int, candidates: list[int], mode: str,
+                         budget: int) -> tuple[int, memory.MemoryBreakdown | None]:
+    """The largest candidate (ascending list) whose predicted peak fits in `budget`, with its estimate.
+
+    The peak grows with the batch, so this is a binary search; (0, None) when even the smallest does not fit.
+    """
+    lo, hi, best = 0, len(candidates) - 1, (0, None)
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        est = predict(candidates[mid], ctx, checkpointing=mode)
+        if est.peak <= budget:
+            best, lo = (candidates[mid], est), mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+def _check_inputs(preset: str, ctx: int, effective_batch: int, headroom: float) -> ModelConfig:
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
+    cfg = PRESETS[preset]
+    if not 1 <= ctx <= cfg.ctx:
+        raise ValueError(f"ctx must be between 1 and the {preset} preset's maximum of {cfg.ctx}, got {ctx}")
+    if effective_batch < 1:
+        raise ValueError(f"effective_batch must be at least 1 sequence, got {effective_batch}")
+    if not 0 <= headroom < 1:
+        raise ValueError(f"headroom is the fraction of memory kept free, in [0, 1); got {headroom}")
+    return cfg
+
+
+def plan(preset: str, hardware: str | Hardware, ctx: int, effective_batch: int, headroom: float = 0.1,
+         memory_bytes: int | None = None) -> Plan:
+    """Choose precision, micro-batch, accumulation and checkpointing for `preset` on `hardware`.
+
+    memory_bytes replaces the hardware's memory (for mps and cpu: the RAM). Never raises for "does not
+    fit": that is a Plan with fits=False and a lever; bad input raises ValueError.
+    """
+    cfg = _check_inputs(preset, ctx, effective_batch, headroom)
+    hw = get_hardware(hardware)
+    if memory_bytes is not None:
+        if memory_bytes <= 0:
+            raise ValueError(f"memory_bytes must be positive, got {memory_bytes}")
+        hw = replace(hw, memory_bytes=int(memory_bytes))
+    usable = int(hw.usable_memory_bytes * (1 - headroom))
+    precision, precision_reason = choose_precision(hw)
+    # memory.estimate for this model, precision and kind of device (CUDA's kernels keep a little less)
+    predict = functools.partial(memory.estimate, cfg, precision=precision, device=hw.kind)
+    share = "" if hw.usable_fraction == 1 else f", of which the GPU may use {hw.usable_fraction:.0%}"
+    kept_for = {"cuda": "the CUDA context and allocator fragmentation", "mps": "macOS and other apps",
+                "cpu": "the OS and other programs"}.get(hw.kind, "everything else")  # fmt: skip
+    reasons = [
+        f"memory: the {hw.name} has {gib(hw.memory_bytes)}{share}; keeping {headroom:.0%} headroom for "
+        f"{kept_for} leaves {gib(usable)} for training",
+        precision_reason,
+    ]
+    n_params, per_param = count_params(cfg), static_bytes_per_param(precision)["total"]
+    autocast_note = ("; autocast keeps fp32 weights, so it saves activation memory, not this"
+                     if precision != "fp32" else "")
+    reasons.append(f"static memory (weights + grads + AdamW m and v) = {per_param} B/param x "
+                   f"{n_params / 1e6:.1f}M params = {gib(n_params * per_param)}{autocast_note}")
+
+    # Micro-batches: the divisors of the effective batch, so that accum is a whole number.
+    candidates = [m for m in range(1, effective_batch + 1) if effective_batch % m == 0]
+    fitting = {mode: _largest_micro_batch(predict, ctx, candidates, mode, usable)
+               for mode in CHECKPOINTING_MODES}  # fmt: skip
+    cost = {mode: relative_step_time(cfg, ctx, mode) for mode in CHECKPOINTING_MODES}
+    if fitting["none"][0]:
+        mode = "none"  # checkpointing only when needed: a smaller micro-batch costs no extra compute
+    else:
+        # The cheapest mode that fits at all; at equal cost (full, sqrt) the one with the larger micro-batch.
+        usable_modes = [m for m in CHECKPOINTING_MODES if fitting[m][0]]
+        mode = min(usable_modes, key=lambda m: (cost[m], -fitting[m][0])) if usable_modes else None
+
+    if mode is None:
+        return _does_not_fit(preset, cfg, hw, ctx, effective_batch, precision, predict, usable, headroom,
+                             reasons)
+
+    micro, est = fitting[mode]
+    accum = effective_batch // micro
+    i = candidates.index(micro)
+    if micro == effective_batch:
+        reasons.append(f"micro-batch {micro}: the whole effective batch fits in one forward/backward "
+                       f"(predicted peak {gib(est.peak)}), so no accumulation")
+    else:
+        bigger = predict(candidates[i + 1], ctx, checkpointing=mode)
+        reasons.append(f"micro-batch {micro}: the largest divisor of {effective_batch} whose predicted peak "
+                       f"({gib(est.peak)}) fits; {candidates[i + 1]} would need {gib(bigger.peak)}")
+        reasons.append(f"accum {accum} = {effective_batch} / {micro}: accumulating gives the same gradients "
+                       f"as one batch of {effective_batch}, at the cost of {accum} smaller steps per update")
+    if mode == "none":
+        best_other = max(CHECKPOINTING_MODES, key=lambda m: fitting[m][0])
+        extra = (f"; {best_other} checkpointing would allow micro-batch {fitting[best_other][0]} but costs "
+                 f"{cost[best_other]:.2f}x the time" if fitting[best_other][0] > micro else "")
+        reasons.append(f"checkpointing none: it fits without, and recomputing costs time{extra}")
+    else:
+        one = predict(1, ctx, checkpointing="none")
+        tried = ", ".join(f"{m} {'fits' if fitting[m][0] else 'does not fit'} ({cost[m]:.2f}x)"
+                          for m in CHECKPOINTING_MODES if m != "none")
+        reasons.append(f"checkpointing {mode}: even micro-batch 1 needs {gib(one.peak)} without it; "
+                       f"{tried}: {mode} is the cheapest that fits, with the largest micro-batch")
+        reasons.append(f"step time {cost[mode]:.2f}x: forward 1 + backward 2 + recomputation "
+                       f"{3 * cost[mode] - 3:.2f} of a forward (FLOP model), over 3")
+    return Plan(preset, hw, ctx, effective_batch, precision, precision == "fp16", micro, accum, mode,
+                est.peak, usable, cost[mode], True, reasons, None, est)
+
+
+def _does_not_fit(preset: str, cfg: ModelConfig, hw: Hardware, ctx: int, effective_batch: int, precision: str,
+                  predict: Predictor, usable: int, headroom: float, reasons: list[str]) -> Plan:
+    """The fits=False plan: micro-batch 1 in the mode that saves most, and a lever that would make it fit."""
+    ests = {m: predict(1, ctx, checkpointing=m) for m in CHECKPOINTING_MODES}
+    mode = min(ests, key=lambda m: (ests[m].peak, relative_step_time(cfg, ctx, m)))
+    est = ests[mode]
+    pure = 8 * count_params(cfg)  # bf16-pure: bf16 weights, grads, AdamW m and v
+    smaller = f"bf16-pure (static {gib(pure)}) or " if hw.supports_bf16 and pure < usable else ""
+    needed = est.peak / (1 - headroom) / hw.usable_fraction
+    smaller += f"a smaller preset, or a device with at least {gib(needed)}"
+    shorter = _longest_fitting_ctx(predict, ctx, mode, usable)
+    if est.static > usable:
+        lever = (f"static memory alone (weights + grads + AdamW = {gib(est.static)}) exceeds the "
+                 f"{gib(usable)} budget: use {smaller}")
+    elif shorter:
+        lever = (f"even micro-batch 1 with {mode} checkpointing needs {gib(est.peak)} but {gib(usable)} is "
+                 f"usable: shorten ctx to {shorter} or less, or use {smaller}")
+    else:
+        one_token = predict(1, 1, checkpointing=mode)
+        lever = (f"even one token per step needs {gib(one_token.peak)}: static memory {gib(est.static)} plus "
+                 f"buffers that do not shrink with ctx (AdamW's temporaries {gib(est.optimizer_step)}, "
+                 f"autocast's weight copies {gib(est.weight_copies)}, the tied embedding's gradients); "
+                 f"use {smaller}")
+    reasons.append(f"nothing fits: the smallest predicted peak is {gib(est.peak)} (micro-batch 1, "
+                   f"{mode} checkpointing), above the {gib(usable)} budget")
+    return Plan(preset, hw, ctx, effective_batch, precision, precision == "fp16", 1, effective_batch, mode,
+                est.peak, usable, relative_step_time(cfg, ctx, mode), False, reasons, lever, est)
+
+
+def _longest_fitting_ctx(predict: Predictor, ctx: int, mode: str, usable: int) -> int:
+    """The longest ctx below `ctx` at which micro-batch 1 fits in `mode` (0 if none): a binary search."""
+    lo, hi, best = 1, ctx - 1, 0
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if predict(1, mid, checkpointing=mode).peak <= usable:
+            best, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The book's recommended-settings table, regenerated
+
+# The book's effective batch: "GPU memory caps you at batch=32 ... effective batch = 32 * 4 = 128", and its
+# exercise keeps "effective batch at 128". The course's example command plans the same 128.
+BOOK_EFFECTIVE_BATCH = 128
+
+# Section 8 of the book ("Recommended settings for this book"), as data. accum is a (low, high) range.
+# The book's "Colab A100" and "A100" are taken as the 40 GB A100 Colab rents.
+BOOK_TABLE: list[dict] = [
+    dict(zip(("preset", "hardware", "precision", "accum", "checkpointing"), row))
+    for row in [
+        ("10m", "mps", "bf16", (1, 1), False),
+        ("10m", "t4", "fp16 + GradScaler", (1, 1), False),
+        ("10m", "a100-40", "bf16", (1, 1), False),
+        ("30m", "t4", "fp16 + GradScaler", (2, 4), False),
+        ("125m", "t4", "fp16 + GradScaler", (4, 8), True),
+        ("125m", "a100-40", "bf16", (1, 1), False),
+    ]
+]
+
+
+def recommended_table(presets: tuple[str, ...] = ("10m", "30m", "125m"),
+                      hardware: tuple[str, ...] = ("cpu", "mps", "t4", "a100-80"), ctx: int | None = None,
+                      effective_batch: int = BOOK_EFFECTIVE_BATCH) -> list[dict]:
+    """The book's recommended-settings table, computed by the planner: one row per preset x hardware.
+
+    ctx None means each preset's maximum context. Print it with tabulate(rows, headers="keys").
+    """
+    rows = []
+    for preset in presets:
+        if preset not in PRESETS:
+            raise ValueError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
+        for hw in hardware:
+            p = plan(preset, hw, ctx or PRESETS[preset].ctx, effective_batch)
+            rows.append({
+                "preset": preset, "hardware": p.hardware.key, "ctx": p.ctx, "precision": p.precision_label,
+                "micro_batch": p.micro_batch, "accum": p.accum, "checkpointing": p.checkpointing,
+                "peak_GiB": round(p.predicted_peak_bytes / GIB, 2),
+                "usable_GiB": round(p.usable_bytes / GIB, 2), "fits": p.fits,
+            })  # fmt: skip
+    return rows
+
+
+def compare_with_book(effective_batch: int = BOOK_EFFECTIVE_BATCH) -> list[dict]:
+    """The book's rows next to the planner's, with what differs and why.
+
+    The book used rules of thumb; the planner uses minigpt.memory's model of this course's GPT.
+    """
+    rows = []
+    for book in BOOK_TABLE:
+        p = plan(book["preset"], book["hardware"], PRESETS[book["preset"]].ctx, effective_batch)
+        low, high = book["accum"]
+        differs, why = [], []
+        if p.precision_label != book["precision"]:
+            differs.append("precision")
+        if not low <= p.accum <= high:
+            differs.append("accum")
+            why.append(f"micro-batch {p.micro_batch} is the largest that fits (predicted "
+                       f"{gib(p.predicted_peak_bytes)} of {gib(p.usable_bytes)}), so accum = "
+                       f"{effective_batch} / {p.micro_batch}")
+        if (p.checkpointing != "none") != book["checkpointing"]:
+            differs.append("checkpointing")
+            why.append("it fits without checkpointing, so the planner avoids the recompute"
+                       if p.checkpointing == "none"
+                       else f"even micro-batch 1 does not fit without it, so it uses {p.checkpointing}")
+        rows.append({
+            "preset": book["preset"], "hardware": book["hardware"],
+            "book_precision": book["precision"], "plan_precision": p.precision_label,
+            "book_accum": str(low) if low == high else f"{low}~{high}", "plan_accum": p.accum,
+            "book_ckpt": "yes" if book["checkpointing"] else "no", "plan_ckpt": p.checkpointing,
+            "agrees": not differs,
+            "why": "; ".join(why) if why else ("same" if not differs else f"{', '.join(differs)} differ"),
+        })  # fmt: skip
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Finding the largest micro-batch by trying it
+
+
+def _is_out_of_memory(error: BaseException) -> bool:
+    # CUDA raises torch.OutOfMemoryError (= torch.cuda.OutOfMemoryError); MPS a RuntimeError saying so.
+    return isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error).lower()
+
+
+def _measured_peak(cfg: ModelConfig, batch: int, ctx: int, precision: str, checkpointing: str,
+                   device: torch.device) -> int | None:
+    """Measured peak bytes of one real training step (forward, backward, AdamW); None if out of memory."""
+    peak, out_of_memory = None, False
+    try:
+        # measured: the step's real high-water mark (on CUDA, torch.cuda.max_memory_allocated)
+        peak = memory.measure(cfg, batch, ctx, precision=precision, checkpointing=checkpointing,
+                              device=str(device)).peak
+    except RuntimeError as error:  # torch.OutOfMemoryError is a RuntimeError
+        if not _is_out_of_memory(error):
+            raise
+        out_of_memory = True
+    # Free memory here, outside the except block: until it ends, the exception's traceback keeps the
+    # failed step's frames, and so its tensors, alive.
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # give cached blocks back so the next try starts from an empty allocator
+        torch.cuda.reset_peak_memory_stats(device)
+    elif device.type == "mps":
+        torch.mps.empty_cache()
+    return None if out_of_memory else peak
+
+
+def find_max_batch_size(
+    model_cfg: ModelConfig, ctx: int, precision: str = "fp32", checkpointing: str = "none",
+    device: str | torch.device = "cpu", budget_bytes: int | None = None, low: int = 1, high: int = 256,
+    trace: list[tuple[int, bool, int | None]] | None = None,
+) -> int:
+    """The largest batch in [low, high] whose real training step fits, by binary search; 0 if `low` does not.
+
+    On CUDA a batch fits when the step runs without running out of memory (and, with budget_bytes, its
+    measured peak is within it). On CPU and MPS budget_bytes is required: a batch fits when its measured
+    peak <= budget_bytes. `trace`, if given, receives (batch, fits, measured peak or None) for each try.
+    """
+    from minigpt.device import pick_device
+
+    device = pick_device(device) if isinstance(device, str) else device
+    normalize_precision(precision)
+    if checkpointing not in CHECKPOINTING_MODES:
+        raise ValueError(f"unknown checkpointing {checkpointing!r}; "
+                         f"choose one of: {', '.join(CHECKPOINTING_MODES)}")
+    if not 1 <= ctx <= model_cfg.ctx:
+        raise ValueError(f"ctx must be between 1 and the model's maximum of {model_cfg.ctx}, got {ctx}")
+    if not 1 <= low <= high:
+        raise ValueError(f"need 1 <= low <= high, got low={low}, high={high}")
+    if budget_bytes is None and device.type != "cuda":
+        raise ValueError(f"on {device.type}, running out of memory is not a reliable error (the OS swaps "
+                         f"first, or kills the process): pass budget_bytes, the memory the step may use")
+    if budget_bytes is not None and budget_bytes <= 0:
+        raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
+
+    def fits(batch: int) -> bool:
+        peak = _measured_peak(model_cfg, batch, ctx, precision, checkpointing, device)
+        ok = peak is not None and (budget_bytes is None or peak <= budget_bytes)
+        if trace is not None:
+            trace.append((batch, ok, peak))
+        return ok
+
+    if not fits(low):
+        return 0  # not an error: the caller (a plan, a chapter) then reaches for another lever
+    lo, hi = low, high  # invariant: lo fits; everything above hi is known not to (or untested past high)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -1,0 +1,88 @@
+"""Chapter 7 exercises: find the largest batch that fits, and plan a run for a memory budget.
+
+Each function is one exercise; its docstring states the task.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+
+import torch
+
+
+def find_max_batch_size(fits: Callable[[int], bool], low: int = 1, high: int = 256) -> int:
+    """Exercise 7.1: the largest batch in [low, high] for which fits(batch) is True, by binary search.
+
+    fits is monotone (if a batch fits, every smaller one does), and each call may be a real training
+    step, so call it about log2(high - low) times, never outside [low, high]. Return 0 when even `low`
+    does not fit. Careful with the middle: with lo known to fit, mid = (lo + hi) // 2 can equal lo, and
+    a loop that sets lo = mid then never ends; round up instead.
+    """
+    # BEGIN SOLUTION 7.1: keep lo = largest known to fit, hi = largest not known to fail; mid = (lo + hi + 1) // 2
+    if not fits(low):
+        return 0
+    lo, hi = low, high
+    while lo < hi:
+        mid = (lo + hi + 1) // 2  # rounds up, so mid > lo and the loop always shrinks [lo, hi]
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+    # END SOLUTION
+
+
+def plan_micro_batch(
+    effective_batch: int, budget_bytes: int, predict_peak: Callable[[int, str], int],
+    modes: tuple[str, ...] = ("none", "selective", "full"),
+) -> dict:
+    """Exercise 7.2: a small planner: micro-batch, accumulation and checkpointing for a memory budget.
+
+    predict_peak(micro_batch, mode) is the predicted peak bytes of one step (e.g. minigpt.memory.estimate
+    (...).peak). `modes` are checkpointing modes from cheapest to most memory-saving. Rules:
+      - the micro-batch must divide effective_batch (accum = effective_batch // micro_batch exactly);
+      - take the first mode in `modes` in which some micro-batch fits (checkpointing only when needed),
+        and in it the largest micro-batch whose predicted peak <= budget_bytes;
+      - if nothing fits: micro_batch 1 in the mode with the smallest predicted peak, and fits=False.
+    Return {"micro_batch", "accum", "checkpointing", "predicted_peak_bytes", "fits"}.
+    """
+    # BEGIN SOLUTION 7.2: divisors of effective_batch; first mode with a fitting divisor; its largest one
+    divisors = [m for m in range(1, effective_batch + 1) if effective_batch % m == 0]
+    for mode in modes:
+        fitting = [m for m in divisors if predict_peak(m, mode) <= budget_bytes]
+        if fitting:
+            micro = max(fitting)
+            return {"micro_batch": micro, "accum": effective_batch // micro, "checkpointing": mode,
+                    "predicted_peak_bytes": predict_peak(micro, mode), "fits": True}
+    peaks = {mode: predict_peak(1, mode) for mode in modes}
+    mode = min(peaks, key=peaks.get)
+    return {"micro_batch": 1, "accum": effective_batch, "checkpointing": mode,
+            "predicted_peak_bytes": peaks[mode], "fits": False}
+    # END SOLUTION
+
+
+def step_fits(run_step: Callable[[], object]) -> bool:
+    """Exercise 7.3: run one training step; True if it ran, False if it ran out of memory.
+
+    Running out of memory is an answer ("this batch does not fit"), not a crash: catch it. CUDA raises
+    torch.OutOfMemoryError (torch.cuda.OutOfMemoryError); MPS and older versions raise a RuntimeError whose
+    message contains "out of memory". Any other error is a bug in the step: let it propagate. After an
+    out-of-memory error, free what the failed step held before the next try: leave the except block
+    (its traceback keeps the step's tensors alive), then gc.collect() and, on a GPU,
+    torch.cuda.empty_cache().
+    """
+    # BEGIN SOLUTION 7.3: catch only out-of-memory (torch.OutOfMemoryError, or "out of memory" in the message)
+    out_of_memory = False
+    try:
+        run_step()
+    except RuntimeError as error:  # torch.OutOfMemoryError is a RuntimeError
+        if not isinstance(error, torch.OutOfMemoryError) and "out of memory" not in str(error).lower():
+            raise
+        out_of_memory = True
+    if out_of_memory:
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return not out_of_memory
+    # END SOLUTION

@@ -1,0 +1,53 @@
+"""`python -m benchmarks.run_all --quick` runs every benchmark and writes RESULTS.md and its plots."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SECTIONS = [
+    "1. Loop overhead",
+    "2. Model FLOPs utilization",
+    "3. Precision modes",
+    "4. Gradient checkpointing",
+    "5. Gradient accumulation",
+    "6. Memory prediction grid",
+]
+PLOTS = [
+    "loop_overhead.png",
+    "mfu.png",
+    "precision_modes.png",
+    "checkpointing.png",
+    "accumulation.png",
+    "memory_grid.png",
+]
+
+
+def test_quick_run_writes_results_and_plots(tmp_path):
+    # One torch thread: the run only checks the code paths, and on a busy 2-core machine two threads
+    # per process make every small op wait for the other thread (several times slower).
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run_all", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    results = (tmp_path / "RESULTS.md").read_text()
+    for heading in SECTIONS:
+        assert f"## {heading}" in results, heading
+    for row in ("| date ", "| torch ", "| device "):  # where and when the numbers were measured
+        assert row in results
+    assert "QUICK RUN" in results
+    assert "crashed" not in results
+    # Every target is judged, PASS or FAIL, in the summary and on the terminal.
+    assert results.count("| PASS ") + results.count("| FAIL ") >= 8
+    assert "PASS" in done.stdout or "FAIL" in done.stdout
+    for name in PLOTS:
+        png = tmp_path / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+        assert f"]({name})" in results

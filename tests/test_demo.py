@@ -1,0 +1,57 @@
+"""Every lecture demo runs (at quick sizes), prints its one-line conclusion and saves its figures."""
+
+import pytest
+import torch
+
+from minigpt.demo import DEMO_CHOICES, DEMOS, run_demo
+from minigpt.precision import smallest_update_that_survives
+
+FIGURES = {
+    "formats": ["formats_range.png", "formats_lost_update.png"],
+    "memory": ["memory_breakdown.png", "memory_vs_batch.png"],
+    "autocast": ["autocast_loss.png", "autocast_memory.png"],
+    "scaler": ["scaler_histogram.png", "scaler_loss.png"],
+    "accumulation": ["accumulation.png"],
+    "checkpointing": ["checkpointing.png"],
+    "plan": ["plan.png"],
+}
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """These tests check what the demos print and save, not their speed. On a busy 2-core machine two
+    threads per process make every small op wait for the other thread (several times slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_every_demo_the_issue_names_exists():
+    assert set(DEMOS) == set(FIGURES)
+    assert DEMO_CHOICES[-1] == "all"
+
+
+@pytest.mark.parametrize("name", list(FIGURES))
+def test_demo_prints_one_conclusion_and_saves_its_figures(name, tmp_path, capsys):
+    assert run_demo(name, tmp_path, quick=True) == 0
+    printed = capsys.readouterr().out
+    conclusions = [line for line in printed.splitlines() if line.startswith("Conclusion: ")]
+    assert len(conclusions) == 1, printed[-2000:]
+    assert any(ch.isdigit() for ch in conclusions[0])  # a measured or computed number, not a slogan
+    assert "|" in printed  # at least one table
+    for figure in FIGURES[name]:
+        assert (tmp_path / figure).read_bytes()[:8] == PNG_MAGIC, figure
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(FIGURES[name])
+
+
+def test_formats_conclusion_states_the_package_threshold(tmp_path, capsys):
+    run_demo("formats", tmp_path, quick=True)
+    conclusion = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Conclusion: ")][0]
+    assert f"{smallest_update_that_survives(1.0, 'bf16'):.3g}" in conclusion
+
+
+def test_unknown_demo_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="choose one of: formats"):
+        run_demo("fp4", tmp_path)

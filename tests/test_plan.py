@@ -1,0 +1,249 @@
+import functools
+import json
+
+import pytest
+import torch
+
+from minigpt import memory
+from minigpt.checkpointing import CHECKPOINTING_MODES
+from minigpt.model import PRESETS
+from minigpt.plan import (
+    BOOK_TABLE,
+    GB,
+    HARDWARE,
+    compare_with_book,
+    detect_hardware,
+    find_max_batch_size,
+    plan,
+    recommended_table,
+    relative_step_time,
+)
+
+# The course's example command: minigpt plan --hardware t4 --preset 125m --ctx 1024 --effective-batch 128
+EXAMPLE = dict(preset="125m", ctx=1024, effective_batch=128)
+
+
+def divisors(n: int) -> list[int]:
+    return [m for m in range(1, n + 1) if n % m == 0]
+
+
+def peak(preset: str, batch: int, ctx: int, precision: str, mode: str, device: str = "cuda") -> int:
+    """The predicted peak the planner compares with the budget (it passes the hardware's kind as device)."""
+    return memory.estimate(PRESETS[preset], batch, ctx, precision=precision, checkpointing=mode,
+                           device=device).peak
+
+
+def test_t4_gets_fp16_with_scaler_and_a100_gets_bf16():
+    t4 = plan(hardware="t4", **EXAMPLE)
+    assert (t4.precision, t4.use_scaler) == ("fp16", True)
+    for key in ("a100-80", "a100-40", "h100"):
+        a100 = plan(hardware=key, **EXAMPLE)
+        assert (a100.precision, a100.use_scaler) == ("bf16", False)
+    assert plan(hardware="v100-16", **EXAMPLE).precision == "fp16"  # Volta: no bf16 either
+    assert plan(hardware="cpu", **EXAMPLE).precision == "fp32"  # a CPU without bf16 instructions
+
+
+@pytest.mark.parametrize("hardware", ["t4", "a100-80", "mps", "cpu", "rtx4090"])
+@pytest.mark.parametrize("effective_batch", [128, 96, 7])
+def test_micro_batch_is_the_largest_divisor_that_fits(hardware, effective_batch):
+    p = plan("125m", hardware, 1024, effective_batch)
+    kind = HARDWARE[hardware].kind
+    assert p.fits
+    assert p.micro_batch * p.accum == effective_batch
+    chosen = peak("125m", p.micro_batch, 1024, p.precision, p.checkpointing, kind)
+    assert chosen == p.predicted_peak_bytes <= p.usable_bytes
+    larger = [m for m in divisors(effective_batch) if m > p.micro_batch]
+    if larger:  # the next larger candidate must not fit (else the planner left memory unused)
+        assert peak("125m", larger[0], 1024, p.precision, p.checkpointing, kind) > p.usable_bytes
+
+
+def test_usable_bytes_is_memory_minus_headroom_and_mps_shares_its_ram():
+    assert plan(hardware="t4", **EXAMPLE).usable_bytes == int(16 * GB * 0.9)
+    assert plan(hardware="t4", headroom=0.2, **EXAMPLE).usable_bytes == int(16 * GB * 0.8)
+    mac = plan("10m", "mps", 256, 32, memory_bytes=32 * GB)
+    assert mac.usable_bytes == int(int(32 * GB * HARDWARE["mps"].usable_fraction) * 0.9)
+
+
+def test_no_checkpointing_when_it_fits_without():
+    for hardware in ("t4", "a100-80", "cpu"):
+        p = plan(hardware=hardware, **EXAMPLE)
+        assert peak("125m", 1, 1024, p.precision, "none", HARDWARE[hardware].kind) <= p.usable_bytes
+        assert p.checkpointing == "none"
+        assert p.relative_step_time == 1.0
+
+
+def test_checkpointing_is_chosen_when_only_it_fits():
+    def one_sequence(mode: str) -> int:  # fp32 on a CPU: activations dominate one sequence of 1024 tokens
+        return peak("125m", 1, 1024, "fp32", mode, "cpu")
+
+    without = one_sequence("none")
+    cheapest_with = min(one_sequence(m) for m in CHECKPOINTING_MODES if m != "none")
+    assert cheapest_with < without  # checkpointing saves memory at micro-batch 1 for this shape
+    budget = (cheapest_with + without) // 2  # between the two: only checkpointing fits
+    p = plan("125m", "cpu", 1024, 128, headroom=0.0, memory_bytes=budget)
+    assert p.fits and p.checkpointing != "none"
+    assert p.micro_batch * p.accum == 128
+    assert peak("125m", p.micro_batch, 1024, "fp32", p.checkpointing, "cpu") <= budget
+    # the cheapest (in step time) of the modes that fit at micro-batch 1
+    fitting = [m for m in CHECKPOINTING_MODES if one_sequence(m) <= budget]
+    cost = {m: relative_step_time(PRESETS["125m"], 1024, m) for m in fitting}
+    assert cost[p.checkpointing] == min(cost.values())
+    assert p.relative_step_time == cost[p.checkpointing] > 1.0
+    assert f"checkpointing {p.checkpointing}" in p.explain()
+
+
+def test_checkpointing_costs_about_one_extra_forward():
+    cfg = PRESETS["125m"]
+    none, selective, full, sqrt = (relative_step_time(cfg, 1024, m)
+                                   for m in ("none", "selective", "full", "sqrt"))  # fmt: skip
+    assert none == 1.0
+    assert 1.0 < selective < full
+    # full recomputes the blocks' forward (not the output head): just under 1 + 1/3
+    assert full == sqrt and 1.25 < full < 4 / 3
+
+
+def test_static_memory_too_large_gives_fits_false_and_a_lever():
+    p = plan("125m", "cpu", 1024, 128, memory_bytes=1 * GB)  # fp32 static alone is ~1.9 GB
+    assert not p.fits
+    assert "static memory" in p.lever and "smaller preset" in p.lever
+    assert p.predicted_peak_bytes > p.usable_bytes
+    assert "DOES NOT FIT" in p.explain() and p.lever in p.explain()
+
+
+def test_activations_too_large_names_a_shorter_ctx_that_fits():
+    def best(ctx: int) -> int:  # the smallest predicted peak of one sequence, fp32 on a CPU
+        return min(peak("125m", 1, ctx, "fp32", m, "cpu") for m in CHECKPOINTING_MODES)
+
+    assert best(512) < best(1024)
+    budget = (best(512) + best(1024)) // 2  # one sequence of 512 tokens fits, one of 1024 does not
+    p = plan("125m", "cpu", 1024, 128, headroom=0.0, memory_bytes=budget)
+    assert not p.fits and p.lever.count("shorten ctx to") == 1
+    shorter = int(p.lever.split("shorten ctx to ")[1].split()[0])
+    assert 512 <= shorter < 1024
+    assert plan("125m", "cpu", shorter, 128, headroom=0.0, memory_bytes=budget).fits
+    assert not plan("125m", "cpu", shorter + 1, 128, headroom=0.0, memory_bytes=budget).fits
+
+
+def test_fixed_step_buffers_too_large_says_ctx_would_not_help():
+    static = memory.estimate(PRESETS["125m"], 1, 1, precision="bf16").static
+    one_token = min(peak("125m", 1, 1, "bf16", m) for m in CHECKPOINTING_MODES)
+    assert static < one_token
+    p = plan("125m", "a100-80", 1024, 128, headroom=0.0, memory_bytes=(static + one_token) // 2)
+    assert not p.fits
+    assert "do not shrink with ctx" in p.lever and "shorten ctx" not in p.lever
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(preset="7b"), "choose one of"),
+        (dict(hardware="tpu"), "choose one of"),
+        (dict(ctx=2048), "maximum of 1024"),
+        (dict(ctx=0), "between 1"),
+        (dict(effective_batch=0), "at least 1"),
+        (dict(headroom=1.0), "headroom"),
+        (dict(memory_bytes=0), "memory_bytes"),
+    ],
+)
+def test_bad_input_raises_a_clear_error(kwargs, message):
+    args = dict(preset="125m", hardware="t4", ctx=1024, effective_batch=128) | kwargs
+    with pytest.raises(ValueError, match=message):
+        plan(**args)
+
+
+def test_plan_for_this_machine():
+    hw = detect_hardware("cpu")
+    assert hw.kind == "cpu" and hw.memory_bytes > 0 and not hw.supports_fp16
+    p = plan("tiny", hw, 64, 8)
+    assert p.hardware is hw and p.fits
+    assert p.precision == ("bf16" if hw.supports_bf16 else "fp32")  # bf16 only with bf16 instructions
+
+
+def test_to_dict_is_json():
+    d = json.loads(json.dumps(plan(hardware="t4", **EXAMPLE).to_dict()))
+    assert d["hardware"]["key"] == "t4" and d["micro_batch"] * d["accum"] == 128
+
+
+def test_recommended_table_has_one_planned_row_per_preset_and_hardware():
+    presets, hardware = ("10m", "30m", "125m"), ("cpu", "mps", "t4", "a100-80")
+    rows = recommended_table(presets, hardware, effective_batch=32)
+    assert [(r["preset"], r["hardware"]) for r in rows] == [(p, h) for p in presets for h in hardware]
+    for r in rows:
+        p = plan(r["preset"], r["hardware"], PRESETS[r["preset"]].ctx, 32)
+        assert (r["micro_batch"], r["accum"], r["checkpointing"]) == (p.micro_batch, p.accum, p.checkpointing)
+        assert r["micro_batch"] * r["accum"] == 32
+
+
+def test_compare_with_book_covers_every_book_row_and_agrees_on_precision():
+    rows = compare_with_book()
+    assert len(rows) == len(BOOK_TABLE)
+    # the book's precision column follows from the hardware alone; the planner's rule must reproduce it
+    assert all(r["book_precision"] == r["plan_precision"] for r in rows)
+    for r in rows:
+        assert r["agrees"] == (r["why"] == "same")
+
+
+# find_max_batch_size on the CPU: against a budget, with measured memory. "tiny" at ctx 16 takes milliseconds.
+TINY, CTX = PRESETS["tiny"], 16
+
+
+@pytest.fixture
+def one_thread():
+    """measure() on a model this small is Python overhead: one thread is several times faster than two."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@functools.cache  # measure() is deterministic on the CPU; each call runs two real steps
+def measured(batch: int) -> int:
+    return memory.measure(TINY, batch, CTX).peak  # the step's real high-water mark
+
+
+def test_find_max_batch_size_returns_the_largest_batch_within_the_budget(one_thread):
+    # Halfway between the peaks of batch 6 and 7 (~2 MB apart): far from both, so byte-level noise in the
+    # measurement (thread-dependent scratch buffers) cannot move the answer.
+    budget = (measured(6) + measured(7)) // 2
+    trace = []
+    best = find_max_batch_size(TINY, CTX, budget_bytes=budget, high=8, trace=trace)
+    assert best == 6
+    assert measured(best) <= budget < measured(best + 1)  # it fits, and the next size up does not
+    assert [b for b, _, _ in trace] == [1, 5, 7, 6]  # binary search: 1 + log2(8) tries, not 8
+    assert all(fits == (p <= budget) for _, fits, p in trace)
+
+
+def test_find_max_batch_size_returns_0_when_the_smallest_batch_does_not_fit(one_thread):
+    static = memory.estimate(TINY, 1, CTX).static  # weights + grads + AdamW: any step needs more
+    trace = []
+    assert find_max_batch_size(TINY, CTX, budget_bytes=static, high=8, trace=trace) == 0
+    assert len(trace) == 1 and trace[0][2] > static  # one try, measured above the budget
+
+
+def test_find_max_batch_size_on_cpu_needs_a_budget():
+    with pytest.raises(ValueError, match="budget_bytes"):
+        find_max_batch_size(TINY, CTX)
+    with pytest.raises(ValueError, match="low <= high"):
+        find_max_batch_size(TINY, CTX, budget_bytes=10**9, low=4, high=2)
+
+
+def test_out_of_memory_counts_as_does_not_fit_and_other_errors_propagate(monkeypatch):
+    """The CUDA path without a GPU: a step that raises torch.OutOfMemoryError is a batch that does not fit."""
+    fake = memory.MemoryBreakdown(1, 1, 1, 1, 1, 1, device_peak=100)
+
+    def measure(cfg, batch, ctx, **kwargs):
+        if batch > 5:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return fake
+
+    monkeypatch.setattr(memory, "measure", measure)
+    trace = []
+    assert find_max_batch_size(TINY, CTX, budget_bytes=10**9, high=64, trace=trace) == 5
+    assert all(fits == (b <= 5) and (peak is None) == (b > 5) for b, fits, peak in trace)
+
+    def broken(cfg, batch, ctx, **kwargs):
+        raise RuntimeError("shape mismatch")  # a bug, not a lack of memory: it must surface
+
+    monkeypatch.setattr(memory, "measure", broken)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        find_max_batch_size(TINY, CTX, budget_bytes=10**9)
