@@ -8,7 +8,7 @@ TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lab lint badges clean
+.PHONY: setup demo test lab lint badges bench slides clean
 
 setup: $(STAMP)
 
@@ -19,7 +19,15 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 demo: setup
-	$(VENV)/bin/minigpt demo
+	$(VENV)/bin/minigpt demo all
+
+# benchmarks/RESULTS.md and PNG plots (~15 min on 2 cores): run it on a quiet machine
+bench: setup
+	$(PY) -m benchmarks.run_all
+
+# every chapter as a reveal.js deck in slides/ (not committed)
+slides: setup
+	$(VENV)/bin/jupyter nbconvert --to slides chapters/*.ipynb --output-dir slides
 
 # Package tests, then every chapter notebook re-run and compared with its stored outputs (nbval).
 test: setup
@@ -30,7 +38,7 @@ lab: setup
 	$(VENV)/bin/jupyter lab chapters/
 
 lint: setup
-	$(VENV)/bin/ruff check minigpt tests scripts
+	$(VENV)/bin/ruff check minigpt tests scripts benchmarks
 
 # Point every notebook's Colab badge and setup cell at another GitHub repo: make badges REPO=owner/name
 badges: setup

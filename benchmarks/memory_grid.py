@@ -3,8 +3,8 @@
     PYTHONPATH=. python benchmarks/memory_grid.py [--presets 10m 30m 125m] [--batch 2] [--ctx 128]
 
 Exits non-zero if a predicted activation total is more than 5% off the measured one, or if a static
-term (weights, gradients, AdamW state) differs by even one byte. The peak and the transient terms are
-printed for information (they are predicted moment by moment; see minigpt.memory).
+term (weights, gradients, AdamW state) differs by even one byte. The peak and the transient terms
+(predicted moment by moment, see minigpt.memory) are compared too, for information.
 """
 
 from __future__ import annotations
@@ -23,11 +23,31 @@ from minigpt.precision import PRECISIONS
 
 ACTIVATION_TOLERANCE = 0.05
 TRANSIENTS = ("logits", "activation_grads", "weight_copies", "optimizer_step")
+HEADERS = ["preset", "precision", "ckpt", "act pred MiB", "act meas MiB", "act err %", "static MiB", "static",
+           "peak pred MiB", "peak meas MiB", "peak err %", "peak at", "transients |err| %", "s"]
 
 
 def error(predicted: int, measured: int) -> float:
-    """Relative error of a prediction, in % of the measured value (0 when both are 0)."""
+    """Error of a prediction in % of the measured value (0 when both are 0)."""
     return 0.0 if predicted == measured else 100.0 * (predicted - measured) / max(measured, 1)
+
+
+def compare(preset: str, precision: str, mode: str, args) -> tuple[list, dict[str, float], bool]:
+    """One configuration: its table row, its errors in %, and whether it meets the targets."""
+    t0 = time.perf_counter()
+    cfg = get_config(preset, dropout=args.dropout)
+    pred = estimate(cfg, args.batch, args.ctx, precision, mode, device=args.device)
+    meas = measure(cfg, args.batch, args.ctx, precision, mode, device=args.device)
+    names = ("activations", "peak", *TRANSIENTS)
+    errors = {name: error(getattr(pred, name), getattr(meas, name)) for name in names}
+    static_ok = all(getattr(pred, n) == getattr(meas, n) for n in ("weights", "gradients", "optimizer"))
+    ok = static_ok and abs(errors["activations"]) <= 100 * ACTIVATION_TOLERANCE
+    mib = [f"{n / 2**20:.2f}" for n in (pred.activations, meas.activations)]
+    row = [preset, precision, mode, *mib, f"{errors['activations']:+.2f}", f"{meas.static / 2**20:.1f}",
+           "exact" if static_ok else "DIFFERS", f"{pred.peak / 2**20:.1f}", f"{meas.peak / 2**20:.1f}",
+           f"{errors['peak']:+.2f}", max(pred.moments, key=pred.moments.get),
+           f"{max(abs(errors[name]) for name in TRANSIENTS):.2f}", f"{time.perf_counter() - t0:.1f}"]
+    return row, errors, ok
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,37 +61,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
 
-    rows, failures, worst, t_start = [], [], {"activations": 0.0, "peak": 0.0}, time.perf_counter()
-    worst.update({name: 0.0 for name in TRANSIENTS})
+    start, rows, failures, worst = time.perf_counter(), [], [], {}
     for preset in args.presets:
-        cfg = get_config(preset, dropout=args.dropout)
         for precision in args.precisions:
             for mode in args.modes:
-                t0 = time.perf_counter()
-                pred = estimate(cfg, args.batch, args.ctx, precision, mode, device=args.device)
-                meas = measure(cfg, args.batch, args.ctx, precision, mode, device=args.device)
-                act_err, peak_err = error(pred.activations, meas.activations), error(pred.peak, meas.peak)
-                static_ok = (pred.weights, pred.gradients, pred.optimizer) == (
-                    meas.weights, meas.gradients, meas.optimizer)
-                worst["activations"] = max(worst["activations"], abs(act_err))
-                worst["peak"] = max(worst["peak"], abs(peak_err))
-                for name in TRANSIENTS:
-                    worst[name] = max(worst[name], abs(error(getattr(pred, name), getattr(meas, name))))
-                if abs(act_err) > 100 * ACTIVATION_TOLERANCE or not static_ok:
+                row, errors, ok = compare(preset, precision, mode, args)
+                rows.append(row)
+                print(*row, sep="  ", file=sys.stderr, flush=True)  # progress
+                for name, err in errors.items():
+                    worst[name] = max(worst.get(name, 0.0), abs(err))
+                if not ok:
                     failures.append(f"{preset} {precision} {mode}")
-                rows.append([
-                    preset, precision, mode, f"{pred.activations / 2**20:.2f}", f"{meas.activations / 2**20:.2f}",
-                    f"{act_err:+.2f}", f"{meas.static / 2**20:.1f}", "exact" if static_ok else "DIFFERS",
-                    f"{pred.peak / 2**20:.1f}", f"{meas.peak / 2**20:.1f}", f"{peak_err:+.1f}",
-                    max(pred.moments, key=pred.moments.get), f"{time.perf_counter() - t0:.1f}",
-                ])
-                print(*rows[-1], sep="  ", file=sys.stderr, flush=True)  # progress
-    print(tabulate(rows, headers=["preset", "precision", "ckpt", "act pred MiB", "act meas MiB", "act err %",
-                                  "static MiB", "static", "peak pred MiB", "peak meas MiB", "peak err %",
-                                  "peak at", "s"]))
+    print(tabulate(rows, headers=HEADERS, disable_numparse=True))
     print(f"\nbatch {args.batch}, ctx {args.ctx}, dropout {args.dropout}, device {args.device}, "
-          f"torch {torch.__version__}: {len(rows)} configurations in {time.perf_counter() - t_start:.0f} s")
-    print("worst |error| %: " + ", ".join(f"{k} {v:.2f}" for k, v in worst.items()))
+          f"torch {torch.__version__}: {len(rows)} configurations in {time.perf_counter() - start:.0f} s")
+    print("worst |error| %: " + ", ".join(f"{name} {err:.2f}" for name, err in worst.items()))
     if failures:
         print(f"FAILED (activations off by more than {100 * ACTIVATION_TOLERANCE:.0f}% or static not exact): "
               + "; ".join(failures))

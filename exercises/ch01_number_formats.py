@@ -26,7 +26,10 @@ def decode_float(value: float, dtype: torch.dtype) -> tuple[str, str, str]:
     (tensor.view(torch.int16) keeps the bytes, no conversion), and split its binary digits. The number
     of mantissa bits is -log2(torch.finfo(dtype).eps); the exponent has the bits that are left after the sign.
     """
-    raise NotImplementedError("Exercise 1.1: view the tensor as an int of the same width, format it as binary digits, then split - see chapters/01_number_formats.ipynb")
+    raise NotImplementedError(
+        "Exercise 1.1: view the tensor as an int of the same width, format it as binary digits, then split"
+        " - see chapters/01_number_formats.ipynb"
+    )
 
 
 def value_from_bits(sign: str, exponent: str, mantissa: str) -> float:
@@ -39,7 +42,10 @@ def value_from_bits(sign: str, exponent: str, mantissa: str) -> float:
       E all ones:                 inf (M == 0) or nan (M != 0)
     e.g. value_from_bits("0", "01111111", "1000000") == 1.5.
     """
-    raise NotImplementedError("Exercise 1.2: bias = 2**(len(exponent) - 1) - 1; normal numbers have an implicit leading 1 - see chapters/01_number_formats.ipynb")
+    raise NotImplementedError(
+        "Exercise 1.2: bias = 2**(len(exponent) - 1) - 1; normal numbers have an implicit leading 1"
+        " - see chapters/01_number_formats.ipynb"
+    )
 
 
 def update_is_lost(w: float, update: float, dtype: torch.dtype) -> bool:
@@ -49,7 +55,10 @@ def update_is_lost(w: float, update: float, dtype: torch.dtype) -> bool:
     `dtype`, add the update, store the sum in `dtype`, compare. Python floats are fp64: the comparison
     has to happen after rounding into `dtype`, not before.
     """
-    raise NotImplementedError("Exercise 1.3: round w into the dtype, add, round the sum into the dtype, then compare - see chapters/01_number_formats.ipynb")
+    raise NotImplementedError(
+        "Exercise 1.3: round w into the dtype, add, round the sum into the dtype, then compare"
+        " - see chapters/01_number_formats.ipynb"
+    )
 
 
 def smallest_update_that_survives(w: float, dtype: torch.dtype) -> float:
@@ -59,4 +68,7 @@ def smallest_update_that_survives(w: float, dtype: torch.dtype) -> float:
     back to w. The gap grows with |w| (it is eps * 2**exponent of w, for a normal w), so a big weight
     loses bigger updates. Find the next value with torch.nextafter in `dtype` (or the bit pattern + 1).
     """
-    raise NotImplementedError("Exercise 1.4: half the gap to the next value above w in this dtype (torch.nextafter) - see chapters/01_number_formats.ipynb")
+    raise NotImplementedError(
+        "Exercise 1.4: half the gap to the next value above w in this dtype (torch.nextafter)"
+        " - see chapters/01_number_formats.ipynb"
+    )

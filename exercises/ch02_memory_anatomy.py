@@ -20,7 +20,10 @@ def count_parameters(cfg: ModelConfig) -> int:
     H = cfg.mlp_hidden; two RMSNorm gains (C each). Outside the blocks: the token embedding (V x C), the
     final norm (C), and lm_head, which is the SAME matrix as the embedding (tied): count it once.
     """
-    raise NotImplementedError("Exercise 2.1: blocks (4C^2 + 3CH + 2C each) + embedding V*C (lm_head is tied to it) + final norm C - see chapters/02_memory_anatomy.ipynb")
+    raise NotImplementedError(
+        "Exercise 2.1: blocks (4C^2 + 3CH + 2C each) + embedding V*C (lm_head is tied to it) + final norm C"
+        " - see chapters/02_memory_anatomy.ipynb"
+    )
 
 
 # Bytes per parameter with AdamW, for each training regime (the chapter's table).
@@ -38,7 +41,10 @@ def static_bytes(n_params: int, regime: str) -> int:
       bf16-pure+master  bf16 weights, plus an fp32 master copy that AdamW updates; fp32 grads and moments
     Raise ValueError for any other regime.
     """
-    raise NotImplementedError("Exercise 2.2: bytes per parameter = weights + master copy + grads + Adam m and v; autocast keeps fp32 - see chapters/02_memory_anatomy.ipynb")
+    raise NotImplementedError(
+        "Exercise 2.2: bytes per parameter = weights + master copy + grads + Adam m and v; autocast keeps fp32"
+        " - see chapters/02_memory_anatomy.ipynb"
+    )
 
 
 def activation_bytes(cfg: ModelConfig, batch: int, ctx: int) -> int:
@@ -55,4 +61,7 @@ def activation_bytes(cfg: ModelConfig, batch: int, ctx: int) -> int:
         normalizer for the whole batch (not per token).
     The grader accepts 5% off (chapter 2's measurement agrees with this table to within 5%).
     """
-    raise NotImplementedError("Exercise 2.3: sum the saved tensors per token (per block: 52C + 16H + 8 + 4*heads) times batch*ctx - see chapters/02_memory_anatomy.ipynb")
+    raise NotImplementedError(
+        "Exercise 2.3: sum the saved tensors per token (per block: 52C + 16H + 8 + 4*heads) times batch*ctx"
+        " - see chapters/02_memory_anatomy.ipynb"
+    )

@@ -32,7 +32,10 @@ def autocast_train_step(
     Then backward, clip the gradient norm to max_norm, step, and zero the gradients. The weights stay
     fp32 throughout: do not convert the model. Return the loss, detached, as an fp32 scalar tensor.
     """
-    raise NotImplementedError("Exercise 3.1: forward under torch.autocast, loss from logits.float(), then backward/clip/step/zero_grad - see chapters/03_autocast.ipynb")
+    raise NotImplementedError(
+        "Exercise 3.1: forward under torch.autocast, loss from logits.float(), then backward/clip/step/zero_grad"
+        " - see chapters/03_autocast.ipynb"
+    )
 
 
 def compare_precisions(
@@ -52,7 +55,10 @@ def compare_precisions(
       skipped_steps         steps the GradScaler skipped (fp16 only; 0 otherwise)
     Defaults are sized for a CPU; on a GPU try preset="10m", steps=1000, device="cuda".
     """
-    raise NotImplementedError("Exercise 3.2: one TrainConfig per precision, train(), time it, and read the result's summary - see chapters/03_autocast.ipynb")
+    raise NotImplementedError(
+        "Exercise 3.2: one TrainConfig per precision, train(), time it, and read the result's summary"
+        " - see chapters/03_autocast.ipynb"
+    )
 
 
 def lost_update_fraction(weights: torch.Tensor, update: float, dtype: torch.dtype) -> float:
@@ -62,4 +68,7 @@ def lost_update_fraction(weights: torch.Tensor, update: float, dtype: torch.dtyp
     the fraction of elements that came out equal to what they were. An AdamW step moves each weight by
     about lr, so update=lr tells how much of a model a step still trains when its weights live in `dtype`.
     """
-    raise NotImplementedError("Exercise 3.3: round the weights into the dtype, add the update in that dtype, count the unchanged - see chapters/03_autocast.ipynb")
+    raise NotImplementedError(
+        "Exercise 3.3: round the weights into the dtype, add the update in that dtype, count the unchanged"
+        " - see chapters/03_autocast.ipynb"
+    )

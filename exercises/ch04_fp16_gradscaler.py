@@ -29,7 +29,10 @@ def scaled_fp16_step(
     Return {"loss": float, "grad_norm": the norm of the true (unscaled) gradients before clipping,
             "scale": the scale used for this step, "skipped": whether the scaler skipped the step}.
     """
-    raise NotImplementedError("Exercise 4.1: scaler.scale(loss).backward(); scaler.unscale_ BEFORE clipping; scaler.step; scaler.update - see chapters/04_fp16_gradscaler.ipynb")
+    raise NotImplementedError(
+        "Exercise 4.1: scaler.scale(loss).backward(); scaler.unscale_ BEFORE clipping; scaler.step; scaler.update"
+        " - see chapters/04_fp16_gradscaler.ipynb"
+    )
 
 
 def update_scale(
@@ -44,7 +47,10 @@ def update_scale(
         growth_factor and reset the tracker to 0.
     So with the defaults the scale halves at every overflow and doubles after 2000 clean steps in a row.
     """
-    raise NotImplementedError("Exercise 4.2: inf -> scale * backoff, tracker 0; else tracker + 1, and at growth_interval grow and reset - see chapters/04_fp16_gradscaler.ipynb")
+    raise NotImplementedError(
+        "Exercise 4.2: inf -> scale * backoff, tracker 0; else tracker + 1, and at growth_interval grow and reset"
+        " - see chapters/04_fp16_gradscaler.ipynb"
+    )
 
 
 def step_unless_skipped(
@@ -58,7 +64,10 @@ def step_unless_skipped(
     know. A skipped step did not train, so the schedule must not move either (else warmup ends early).
     Return True if the step was skipped.
     """
-    raise NotImplementedError("Exercise 4.3: a skipped step lowers the scale; only advance the scheduler when it did not - see chapters/04_fp16_gradscaler.ipynb")
+    raise NotImplementedError(
+        "Exercise 4.3: a skipped step lowers the scale; only advance the scheduler when it did not"
+        " - see chapters/04_fp16_gradscaler.ipynb"
+    )
 
 
 def fp16_overflow_experiment(
@@ -74,4 +83,7 @@ def fp16_overflow_experiment(
     Each step: the fp16 step of exercise 4.1 (clip to 1.0). Return one dict per step:
       {"step": 1, 2, ..., "loss": float, "scale": the scale used for that step, "skipped": bool}.
     """
-    raise NotImplementedError("Exercise 4.4: a GradScaler(init_scale=...) training loop; record scaler.get_scale() before each step - see chapters/04_fp16_gradscaler.ipynb")
+    raise NotImplementedError(
+        "Exercise 4.4: a GradScaler(init_scale=...) training loop; record scaler.get_scale() before each step"
+        " - see chapters/04_fp16_gradscaler.ipynb"
+    )

@@ -29,12 +29,18 @@ def accumulate_gradients(model: torch.nn.Module, micro_batches: list[tuple[torch
     every micro-batch counts as many targets; with padding it over-weights the short ones.
     Return the window's mean loss per counted target (a float). Do not step or zero the gradients.
     """
-    raise NotImplementedError("Exercise 5.1: count the window's targets (y != IGNORE_INDEX) first; backward each summed loss / that count - see chapters/05_grad_accumulation.ipynb")
+    raise NotImplementedError(
+        "Exercise 5.1: count the window's targets (y != IGNORE_INDEX) first; backward each summed loss / that count"
+        " - see chapters/05_grad_accumulation.ipynb"
+    )
 
 
 def effective_batch(micro_batch: int, accum: int, world_size: int = 1) -> int:
     """Exercise 5.2: sequences per optimizer step, for a micro-batch, accumulation steps and processes (GPUs)."""
-    raise NotImplementedError("Exercise 5.2: each of world_size processes runs accum micro-batches of micro_batch sequences - see chapters/05_grad_accumulation.ipynb")
+    raise NotImplementedError(
+        "Exercise 5.2: each of world_size processes runs accum micro-batches of micro_batch sequences"
+        " - see chapters/05_grad_accumulation.ipynb"
+    )
 
 
 def accum_for(target_batch: int, micro_batch: int, world_size: int = 1) -> int:
@@ -43,7 +49,10 @@ def accum_for(target_batch: int, micro_batch: int, world_size: int = 1) -> int:
     Raise ValueError (saying which numbers do not divide) when target_batch is not a multiple of
     micro_batch * world_size: a rounded accum would silently train on another batch size.
     """
-    raise NotImplementedError("Exercise 5.2: target_batch / (micro_batch * world_size), which must be a whole number - see chapters/05_grad_accumulation.ipynb")
+    raise NotImplementedError(
+        "Exercise 5.2: target_batch / (micro_batch * world_size), which must be a whole number"
+        " - see chapters/05_grad_accumulation.ipynb"
+    )
 
 
 def compare_accumulation(
@@ -60,4 +69,7 @@ def compare_accumulation(
       and measured_peak_bytes (result.summary()["peak_memory_bytes"]; None on a CPU).
     Defaults are sized for a CPU; the book's version is effective=128 on a GPU.
     """
-    raise NotImplementedError("Exercise 5.3: micro_batch = effective // accum; one timed train() per accum; estimate() for the memory - see chapters/05_grad_accumulation.ipynb")
+    raise NotImplementedError(
+        "Exercise 5.3: micro_batch = effective // accum; one timed train() per accum; estimate() for the memory"
+        " - see chapters/05_grad_accumulation.ipynb"
+    )

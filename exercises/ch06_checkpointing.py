@@ -29,7 +29,10 @@ def checkpointed_forward(blocks: nn.ModuleList, x: torch.Tensor, cos: torch.Tens
     Keep checkpoint's default preserve_rng_state=True: with dropout, the recomputation must draw the
     same random masks as the forward did, or the gradients are of another network.
     """
-    raise NotImplementedError("Exercise 6.1: x = checkpoint(block, x, cos, sin, use_reentrant=False) for each block - see chapters/06_checkpointing.ipynb")
+    raise NotImplementedError(
+        "Exercise 6.1: x = checkpoint(block, x, cos, sin, use_reentrant=False) for each block"
+        " - see chapters/06_checkpointing.ipynb"
+    )
 
 
 def sqrt_segments(n_layer: int) -> list[range]:
@@ -41,7 +44,10 @@ def sqrt_segments(n_layer: int) -> list[range]:
     Why sqrt: with k segments, backward keeps k segment inputs plus one recomputed segment of L/k
     blocks; k + L/k is smallest at k = sqrt(L).
     """
-    raise NotImplementedError("Exercise 6.2: n_seg = max(1, round(sqrt(L))); boundaries round(i * L / n_seg) for i = 0..n_seg - see chapters/06_checkpointing.ipynb")
+    raise NotImplementedError(
+        "Exercise 6.2: n_seg = max(1, round(sqrt(L))); boundaries round(i * L / n_seg) for i = 0..n_seg"
+        " - see chapters/06_checkpointing.ipynb"
+    )
 
 
 def sqrt_checkpointed_forward(
@@ -53,7 +59,10 @@ def sqrt_checkpointed_forward(
     segment as ONE checkpointed function (a small function that loops over the segment's blocks), with
     use_reentrant=False.
     """
-    raise NotImplementedError("Exercise 6.3: one checkpoint(...) per segment, around a function that runs that segment's blocks - see chapters/06_checkpointing.ipynb")
+    raise NotImplementedError(
+        "Exercise 6.3: one checkpoint(...) per segment, around a function that runs that segment's blocks"
+        " - see chapters/06_checkpointing.ipynb"
+    )
 
 
 def checkpointing_tradeoff(
@@ -75,4 +84,7 @@ def checkpointing_tradeoff(
     Return one dict per mode with mode, activation_bytes, seconds_per_step, and relative to the first
     mode: activations_ratio (activation_bytes / first's) and time_ratio (seconds_per_step / first's).
     """
-    raise NotImplementedError("Exercise 6.4: per mode: count saved storages with saved_tensors_hooks in one forward; time steps - see chapters/06_checkpointing.ipynb")
+    raise NotImplementedError(
+        "Exercise 6.4: per mode: count saved storages with saved_tensors_hooks in one forward; time steps"
+        " - see chapters/06_checkpointing.ipynb"
+    )

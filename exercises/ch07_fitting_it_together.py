@@ -23,7 +23,10 @@ def find_max_batch_size(fits: Callable[[int], bool], low: int = 1, high: int = 2
     does not fit. Careful with the middle: with lo known to fit, mid = (lo + hi) // 2 can equal lo, and
     a loop that sets lo = mid then never ends; round up instead.
     """
-    raise NotImplementedError("Exercise 7.1: keep lo = largest known to fit, hi = largest not known to fail; mid = (lo + hi + 1) // 2 - see chapters/07_fitting_it_together.ipynb")
+    raise NotImplementedError(
+        "Exercise 7.1: lo always fits, everything above hi fails; halve [lo, hi] until lo == hi"
+        " - see chapters/07_fitting_it_together.ipynb"
+    )
 
 
 def plan_micro_batch(
@@ -40,7 +43,10 @@ def plan_micro_batch(
       - if nothing fits: micro_batch 1 in the mode with the smallest predicted peak, and fits=False.
     Return {"micro_batch", "accum", "checkpointing", "predicted_peak_bytes", "fits"}.
     """
-    raise NotImplementedError("Exercise 7.2: divisors of effective_batch; first mode with a fitting divisor; its largest one - see chapters/07_fitting_it_together.ipynb")
+    raise NotImplementedError(
+        "Exercise 7.2: divisors of effective_batch; first mode with a fitting divisor; its largest one"
+        " - see chapters/07_fitting_it_together.ipynb"
+    )
 
 
 def step_fits(run_step: Callable[[], object]) -> bool:
@@ -53,4 +59,7 @@ def step_fits(run_step: Callable[[], object]) -> bool:
     (its traceback keeps the step's tensors alive), then gc.collect() and, on a GPU,
     torch.cuda.empty_cache().
     """
-    raise NotImplementedError('Exercise 7.3: catch only out-of-memory (torch.OutOfMemoryError, or "out of memory" in the message) - see chapters/07_fitting_it_together.ipynb')
+    raise NotImplementedError(
+        'Exercise 7.3: catch only out-of-memory (torch.OutOfMemoryError, or "out of memory" in the message)'
+        " - see chapters/07_fitting_it_together.ipynb"
+    )

@@ -143,7 +143,8 @@ def test_schedule_does_not_move_on_a_skipped_step(answers):
         scaler.scale(layer(x).sum() * (math.inf if inf else 1.0)).backward()
         skipped = answers.step_unless_skipped(optimizer, scheduler, scaler)
         moved = any(not torch.equal(p, b) for p, b in zip(layer.parameters(), before))
-        assert skipped is want_skipped, f"the step {'had inf gradients' if inf else 'was clean'}: skipped={want_skipped}"
+        what = "had inf gradients" if inf else "was clean"
+        assert skipped is want_skipped, f"the step {what}: return skipped={want_skipped}"
         assert moved is not want_skipped, "step the optimizer through the scaler: scaler.step(optimizer)"
         if want_skipped:
             assert scheduler.last_epoch == epoch and optimizer.param_groups[0]["lr"] == lr, (

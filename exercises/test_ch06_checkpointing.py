@@ -115,7 +115,7 @@ def test_checkpointing_tradeoff_table(answers, saved_bytes):
         model = GPT(cfg).train()
         model.checkpointing = r["mode"]
         tokens = torch.randint(0, cfg.vocab_size, (2, 17))
-        want, _ = saved_bytes(model, lambda model=model: model(tokens[:, :-1], tokens[:, 1:]))
+        want, _ = saved_bytes(model, lambda model=model, tokens=tokens: model(tokens[:, :-1], tokens[:, 1:]))
         # 1%: a batch made another way may differ by its token ids' few bytes, nothing more.
         assert r["activation_bytes"] == pytest.approx(want, rel=0.01), (
             f"{r['mode']}: one forward saves {want:,} bytes for backward, you report {r['activation_bytes']:,}"

@@ -85,7 +85,10 @@ def test_planner_agrees_with_minigpt_plan(answers):
             continue  # the package weighs checkpointing modes by time too; compare the plain case only
         predict = functools.partial(memory.estimate, PRESETS[preset], ctx=ctx, precision=reference.precision,
                                     device=reference.hardware.kind)
-        p = answers.plan_micro_batch(128, reference.usable_bytes, lambda b, mode: predict(b, checkpointing=mode).peak)
+        def peak(batch, mode, predict=predict):
+            return predict(batch, checkpointing=mode).peak
+
+        p = answers.plan_micro_batch(128, reference.usable_bytes, peak)
         assert (p["micro_batch"], p["accum"], p["checkpointing"]) == (reference.micro_batch, reference.accum, "none"), (
             f"{preset} on {hardware}: minigpt.plan chose micro-batch {reference.micro_batch} x accum "
             f"{reference.accum}, yours {p['micro_batch']} x {p['accum']} ({p['checkpointing']})"

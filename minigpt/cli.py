@@ -107,19 +107,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Until the lecture demos land: a short training run of the 10m preset, with a sample."""
-    from minigpt.train import TrainConfig, train
+    from pathlib import Path
 
-    cfg = TrainConfig(preset="10m", batch=8, ctx=128, steps=args.steps, lr=2e-3, eval_every=args.steps // 2,
-                      sample_tokens=80)  # fmt: skip
-    result = train(cfg)
-    s = result.summary()
-    every = max(1, len(result.history) // 8)
-    rows = [(r["step"], f"{r['loss']:.3f}", f"{r['tokens_per_s']:,.0f}") for r in result.history[::every]]
-    print(tabulate(rows, headers=["step", "train loss", "tokens/s"], tablefmt="github"))
-    print(f"\nval loss {s['final_val_loss']:.3f} after {s['steps']} steps; median {s['tokens_per_s']:,.0f} tokens/s")
-    print(f"\nsample:\n{result.sample}")
-    return 0
+    from minigpt.demo import run_demo
+
+    return run_demo(args.name, Path(args.out), quick=args.quick)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -135,8 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train a model")
     add_train_flags(p)
     p.set_defaults(func=cmd_train)
-    p = sub.add_parser("demo", help="a short live training run")
-    p.add_argument("--steps", type=int, default=40)
+    from minigpt.demo import DEMO_CHOICES
+
+    p = sub.add_parser("demo", help="lecture demos: a few tables, a one-line conclusion, PNG figures")
+    p.add_argument("name", nargs="?", default="all", choices=DEMO_CHOICES)
+    p.add_argument("--out", default="demo_out", help="folder for the PNG figures (default: demo_out/)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes, seconds (for tests)")
     p.set_defaults(func=cmd_demo)
     return parser
 

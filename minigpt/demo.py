@@ -69,7 +69,7 @@ class Scale:
 
 
 def _scale(quick: bool, preset: str = "10m") -> Scale:
-    return Scale("tiny", 2, 32, 3, 2) if quick else Scale(preset, 4, 128, 20, 4)
+    return Scale("tiny", 2, 32, 3, 2) if quick else Scale(preset, 4, 64, 20, 4)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -335,13 +335,20 @@ def autocast(out: Path, quick: bool = False) -> list[Path]:
     )
 
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 3.4))
+    fig, (ax, ax_gap) = plt.subplots(1, 2, figsize=(9, 3.4))
     for p, r in runs.items():
-        ax.plot(range(1, len(r.losses) + 1), r.losses, label=p)
+        steps = range(1, len(r.losses) + 1)
+        ax.plot(steps, r.losses, label=p)
+        ax_gap.plot(steps, [a - b for a, b in zip(r.losses, base)], label=p)
     ax.set_xlabel("step")
     ax.set_ylabel("train loss")
-    ax.set_title(f"{s.preset}: fp32 vs bf16 autocast vs bf16-pure")
+    ax.set_title(f"{s.preset}: train loss, same seed and batches")
     ax.legend()
+    ax_gap.axhline(0, color="gray", linewidth=1)
+    ax_gap.set_xlabel("step")
+    ax_gap.set_ylabel("loss - fp32 loss")
+    ax_gap.set_title("Zoomed in: the difference from fp32")
+    ax_gap.legend()
     figures = [_save(fig, out, "autocast_loss.png")]
     fig, ax = plt.subplots(figsize=(5, 3.4))
     ax.bar(precisions, [saved[p] / MIB for p in precisions], color=["tab:blue", "tab:orange", "tab:green"])
@@ -369,7 +376,7 @@ def scaler(out: Path, quick: bool = False) -> list[Path]:
     fp16 = facts["fp16"]
     _show(
         "fp16's range",
-        [[k, f"{fp16[k]:.3g}"] for k in ("smallest subnormal", "smallest normal", "max")],
+        [[k, f"{fp16[k]:g}"] for k in ("smallest subnormal", "smallest normal", "max")],
         ["fp16", "value"],
     )
 
@@ -380,16 +387,16 @@ def scaler(out: Path, quick: bool = False) -> list[Path]:
     grads = torch.cat([p.grad.flatten() for p in model.parameters()]).double()
     grads = grads[grads != 0]
     scales = [1, 2**8, 2**16, 2**24]
-    rows, lost = [], {}
+    rows, lost, subnormal = [], {}, {}
     for scale in scales:
         stored = round_trip(grads * scale, "fp16")
         lost[scale] = (stored == 0).double().mean().item()
-        subnormal = ((stored.abs() < fp16["smallest normal"]) & (stored != 0)).double().mean().item()
+        subnormal[scale] = ((stored.abs() < fp16["smallest normal"]) & (stored != 0)).double().mean().item()
         rows.append(
             [
                 f"2^{int(math.log2(scale))}",
                 f"{100 * lost[scale]:.2f}",
-                f"{100 * subnormal:.2f}",
+                f"{100 * subnormal[scale]:.2f}",
                 f"{100 * stored.isinf().double().mean().item():.2f}",
             ]
         )
@@ -424,7 +431,7 @@ def scaler(out: Path, quick: bool = False) -> list[Path]:
     bins = np.arange(math.floor(logs.min()) - 1, math.ceil(logs.max()) + 18)
     ax.hist(logs, bins=bins, alpha=0.6, label="gradients")
     ax.hist(logs + 16, bins=bins, alpha=0.6, label="gradients x 2^16")
-    for key, style in (("smallest subnormal", ":"), ("smallest normal", "--")):
+    for key, style in (("smallest subnormal", ":"), ("smallest normal", "--"), ("max", "-")):
         ax.axvline(math.log2(fp16[key]), color="black", linestyle=style, label=f"fp16 {key}")
     ax.set_xlabel("log2 |gradient|")
     ax.set_ylabel("values")
@@ -442,8 +449,9 @@ def scaler(out: Path, quick: bool = False) -> list[Path]:
 
     gap = max(abs(a - b) for a, b in zip(runs["fp16"].losses, runs["fp32"].losses))
     _conclude(
-        f"unscaled, {lost[1]:.2%} of these gradient values flush to zero in fp16; scaled by 2^16, "
-        f"{lost[2**16]:.2%}; fp16 + GradScaler followed fp32's loss within {gap:.3f} over {s.steps} steps "
+        f"unscaled, {lost[1]:.2%} of these gradient values flush to zero in fp16 and {subnormal[1]:.1%} "
+        f"lose precision as subnormals; scaled by 2^16, {lost[2**16]:.2%} and {subnormal[2**16]:.1%}. "
+        f"fp16 + GradScaler followed fp32's loss within {gap:.3f} over {s.steps} steps "
         f"({runs['fp16'].skipped_steps} skipped)."
     )
     return figures
@@ -456,7 +464,7 @@ def scaler(out: Path, quick: bool = False) -> list[Path]:
 def accumulation(out: Path, quick: bool = False) -> list[Path]:
     """Same gradients as one big batch, in a fraction of the memory, for some speed."""
     s = _scale(quick)
-    cfg, effective, ctx = get_config(s.preset), 16, (16 if quick else 64)
+    cfg, effective, ctx = get_config(s.preset), 16, (16 if quick else 32)
     model = GPT(cfg, seed=0)
     x, y = _data(quick).get_batch("train", effective, ctx, torch.Generator().manual_seed(0))
     y = y.clone()

@@ -496,9 +496,9 @@ def _tensors(x):
 class LiveTensorTracker(TorchDispatchMode):
     """Sees every op, and records each new storage it makes: bytes, when born, when freed, in which phase.
 
-    A storage's death is noticed through a weak reference, checked before every op ("clock" counts ops).
-    Tensors made before the tracker starts (weights, the batch) are not in it; views and in-place
-    results are not new storages.
+    "clock" counts ops. A storage's death is noticed through a weak reference, checked whenever an op
+    makes a new storage (only then can memory grow). Tensors made before the tracker starts (weights,
+    the batch) are not in it; views and in-place results are not new storages.
     """
 
     def __init__(self, params: list[torch.Tensor], device_type: str) -> None:
@@ -516,34 +516,35 @@ class LiveTensorTracker(TorchDispatchMode):
 
     def set_phase(self, name: str) -> None:
         if name != self.phase:
+            self.sweep(died=self.clock + 1)
             self.phases.append((self.clock + 1, name))
 
     def live_records(self) -> set[int]:
         """Indices (in self.records) of the storages alive now."""
-        self.sweep()
+        self.sweep(died=self.clock + 1)
         return {rec["index"] for _, rec in self._live.values()}
 
-    def sweep(self) -> None:
-        """Mark the storages freed since the last op."""
-        # The check StorageWeakRef.expired() makes, without its two Python wrappers: it runs before every op.
-        expired = torch.UntypedStorage._expired
+    def sweep(self, died: int) -> None:
+        """Mark the storages freed since the last sweep as gone before op number `died`."""
+        expired = torch.UntypedStorage._expired  # what StorageWeakRef.expired() calls, minus two wrappers
         for ptr in [p for p, (ref, _) in self._live.items() if expired(ref.cdata)]:
-            self._live.pop(ptr)[1]["died"] = self.clock + 1  # gone before the next op
+            self._live.pop(ptr)[1]["died"] = died
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.sweep()
         self.clock += 1
         out = func(*args, **(kwargs or {}))
         inputs = {t.untyped_storage().data_ptr() for t in _tensors((args, kwargs))}
-        for t in _tensors(out):
-            if t.untyped_storage().data_ptr() in inputs or t.device.type != self.device_type:
-                continue  # a view or an in-place result of an input, or on another device
+        new = [t for t in _tensors(out) if t.device.type == self.device_type and t.untyped_storage().nbytes()
+               and t.untyped_storage().data_ptr() not in inputs]  # not a view or in-place result of an input
+        if not new:
+            return out
+        # Memory only grows when an op makes a storage: that is when to look for what was freed before it.
+        self.sweep(died=self.clock)
+        for t in new:
             storage = t.untyped_storage()
             ptr = storage.data_ptr()
-            if storage.nbytes() == 0 or (ptr in self._live and not self._live[ptr][0].expired()):
-                continue  # empty, or a second view of a storage this op already made
-            if ptr in self._live:  # freed, and its address reused, within this op
-                self._live.pop(ptr)[1]["died"] = self.clock
+            if ptr in self._live:
+                continue  # a second view of a storage this op already made
             rec = {"index": len(self.records), "ptr": ptr, "bytes": storage.nbytes(), "shape": tuple(t.shape),
                    "born": self.clock, "died": None, "phase": self.phase,
                    # autocast's copy of a weight: a cast whose input is a parameter
@@ -554,7 +555,7 @@ class LiveTensorTracker(TorchDispatchMode):
 
     def timeline(self, category_of) -> tuple[dict[str, int], dict[str, int]]:
         """Largest live bytes of each category, and of all tracked storages in each phase, over the step."""
-        self.sweep()
+        self.sweep(died=self.clock + 1)
         births, deaths = {}, {}
         for rec in self.records:
             births.setdefault(rec["born"], []).append(rec)
@@ -684,9 +685,14 @@ def measure(
     existing = _storages([*all_params, *model.buffers(), *xy,
                           *(v for s in optimizer.state.values() for v in s.values())], kind)
     tracker, saved, end = LiveTensorTracker(all_params, kind), SavedTensorMeter(model), {}
+    def backward_done() -> None:  # bf16-pure + master: backward's bf16 grads become fp32 ones next
+        made = {p.grad.untyped_storage().data_ptr() for p in model.parameters() if p.grad is not None}
+        end["grads_made"] = {i for i in tracker.live_records() if tracker.records[i]["ptr"] in made}
+        tracker.set_phase("optimizer")
+
     with _phase_marks(model, tracker, saved, end), tracker, saved:
         _step(model, optimizer, master, scaler, train_params, xy, device, precision,
-              on_optimizer=lambda: tracker.set_phase("optimizer"))
+              on_optimizer=backward_done)
     cuda_peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
 
     grads = _storages((p.grad for p in train_params), kind)
@@ -697,7 +703,7 @@ def measure(
     def category(rec: dict) -> str:
         if rec["weight_copy"]:
             return "weight_copies"
-        if rec["died"] is None and rec["ptr"] in grads:
+        if (rec["died"] is None and rec["ptr"] in grads) or rec["index"] in end["grads_made"]:
             return "gradients"
         if rec["died"] is None and rec["ptr"] in state:
             return "optimizer"

@@ -7,7 +7,10 @@ In solutions/chNN_slug.py each answer sits between two marker lines inside a fun
     # END SOLUTION
 
 exercises/chNN_slug.py gets the same file with each region replaced by
-    raise NotImplementedError("Exercise 4.2: the hint a learner sees - see chapters/04_slug.ipynb")
+    raise NotImplementedError(
+        "Exercise 4.2: the hint a learner sees"
+        " - see chapters/04_slug.ipynb"
+    )
 and exercises/chNN.ipynb is solutions/chNN.ipynb with the same regions stubbed in code cells, markdown cells
 tagged "solution" replaced by an answer prompt, the Colab links pointed at exercises/, and outputs cleared.
 
@@ -28,6 +31,7 @@ BEGIN = re.compile(r"^(?P<indent>\s*)# BEGIN SOLUTION (?P<id>\d+\.\d+): (?P<hint
 END = re.compile(r"^\s*# END SOLUTION\s*$")
 MODULE = re.compile(r"^ch(?P<nn>\d\d)_(?P<slug>\w+)\.py$")
 NOTEBOOK = re.compile(r"^ch(?P<nn>\d\d)\.ipynb$")
+MAX_HINT = 95  # characters: the hint is one line of the stub
 ANSWER_PROMPT = "**Your answer:** *(write it here, then compare with the solutions notebook)*"
 HEADER = """\
 # Chapter {n} exercises, generated from solutions/{name} by scripts/make_exercises.py.
@@ -48,6 +52,14 @@ def _quoted(text: str) -> str:
     return f'"{text}"' if '"' not in text and "\\" not in text else repr(text)
 
 
+def stub_line(indent: str, exercise: str, hint: str, chapter: str) -> str:
+    """The raise that replaces a solution region; its message is "Exercise N.M: hint - see chapter"."""
+    return (f"{indent}raise NotImplementedError(\n"
+            f"{indent}    {_quoted(f'Exercise {exercise}: {hint}')}\n"
+            f"{indent}    {_quoted(f' - see {chapter}')}\n"
+            f"{indent})\n")
+
+
 def stub_code(source: str, chapter: str, where: str = "<source>") -> tuple[str, list[str]]:
     """`source` with each solution region replaced by its NotImplementedError; also the exercise ids."""
     out, ids, region = [], [], None
@@ -56,10 +68,11 @@ def stub_code(source: str, chapter: str, where: str = "<source>") -> tuple[str, 
         if region is None and begin:
             if not begin["indent"]:
                 raise ValueError(f"{where}:{number}: a solution region must be inside a function body")
+            if len(begin["hint"]) > MAX_HINT:
+                raise ValueError(f"{where}:{number}: shorten this hint to {MAX_HINT} characters (one line of the stub)")
             region = begin
             ids.append(begin["id"])
-            message = f"Exercise {begin['id']}: {begin['hint']} - see {chapter}"
-            out.append(f"{begin['indent']}raise NotImplementedError({_quoted(message)})\n")
+            out.append(stub_line(begin["indent"], begin["id"], begin["hint"], chapter))
         elif region is None and (end or "SOLUTION" in line and line.lstrip().startswith("# BEGIN")):
             raise ValueError(f"{where}:{number}: {line.strip()!r} without a matching '# BEGIN SOLUTION N.M: hint'")
         elif region is not None and begin:

@@ -19,7 +19,7 @@ def find_max_batch_size(fits: Callable[[int], bool], low: int = 1, high: int = 2
     does not fit. Careful with the middle: with lo known to fit, mid = (lo + hi) // 2 can equal lo, and
     a loop that sets lo = mid then never ends; round up instead.
     """
-    # BEGIN SOLUTION 7.1: keep lo = largest known to fit, hi = largest not known to fail; mid = (lo + hi + 1) // 2
+    # BEGIN SOLUTION 7.1: lo always fits, everything above hi fails; halve [lo, hi] until lo == hi
     if not fits(low):
         return 0
     lo, hi = low, high

@@ -18,6 +18,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+ANSI_COLOR = re.compile(r"\x1b\[[0-9;]*m")  # the colors of IPython's tracebacks
+# The runs below are whole pytest sessions and notebook executions, started together: minutes on a busy CPU.
+pytestmark = pytest.mark.timeout(900)
 
 
 def _load_script():
@@ -78,7 +81,7 @@ def test_check_fails_when_a_solution_changes(tmp_path):
     assert make_exercises.main(["--root", str(tmp_path)]) == 0  # regenerate
     assert make_exercises.main(["--check", "--root", str(tmp_path)]) == 0
     stub = (tmp_path / "exercises" / "ch04_fp16_gradscaler.py").read_text()
-    assert 'raise NotImplementedError("Exercise 4.2: NEW HINT ' in stub
+    assert '"Exercise 4.2: NEW HINT ' in stub
     assert "- see chapters/04_fp16_gradscaler.ipynb" in stub
 
 
@@ -86,7 +89,7 @@ def test_stubs_hold_no_solution_code():
     for path in sorted((ROOT / "solutions").glob("ch*_*.py")):
         solution, stub = path.read_text(), (ROOT / "exercises" / path.name).read_text()
         assert "SOLUTION" not in stub, f"exercises/{path.name} still has a solution marker"
-        stubs = re.findall(r"^\s+raise NotImplementedError\(.Exercise ", stub, re.M)
+        stubs = re.findall(r"^\s+raise NotImplementedError\(\s+.Exercise ", stub, re.M)
         assert len(stubs) == solution.count("# BEGIN SOLUTION "), f"exercises/{path.name}: one stub per region"
 
 
@@ -101,6 +104,24 @@ def test_generator_rejects_a_region_without_end():
 
 # ----------------------------------------------------------------------------------------------------------
 # Solutions pass, stubs fail
+
+
+class NotebookRun:
+    """`jupyter nbconvert --execute` of an exercise notebook, started now; result() waits: (exit code, output)."""
+
+    def __init__(self, notebook: Path, out_dir: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        cmd = [sys.executable, "-m", "nbconvert", "--to", "notebook", "--execute", "--output-dir", str(out_dir),
+               "--ExecutePreprocessor.timeout=300", str(notebook)]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True)
+
+    def result(self) -> tuple[int, str]:
+        output, _ = self.proc.communicate(timeout=900)
+        return self.proc.returncode, ANSI_COLOR.sub("", output)
+
+
+EXERCISE_NOTEBOOKS = sorted(p.name for p in (ROOT / "solutions").glob("ch*.ipynb"))
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +142,8 @@ def runs(tmp_path_factory):
     folder = answers_with(tmp / "answers", {"hang": ("ch07_fitting_it_together", "7.1", "", HANGING_SEARCH)})
     started["hang"] = GraderRun(tmp, "--answers-dir", str(folder), "--exercise-timeout", "2", "-k", "7.1 or 7.3",
                                 files=("exercises/test_ch07_fitting_it_together.py",))
+    for name in EXERCISE_NOTEBOOKS:
+        started[name] = NotebookRun(ROOT / "exercises" / name, tmp_path_factory.mktemp("notebooks"))
     yield started
     for run in started.values():
         if run.proc.poll() is None:
@@ -341,3 +364,16 @@ def test_a_hanging_answer_times_out_and_the_rest_still_run(runs):
     assert "timeout" in grade["exercises"]["7.1"]["results"].values()
     assert grade["exercises"]["7.3"]["passed"], "the tests after the hanging one still run"
     assert "Exercise 7.1 timed out after 2 s" in output and "Traceback" not in output
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The exercise notebooks stop at their first check cell while the answers are stubs
+
+
+@pytest.mark.parametrize("notebook", EXERCISE_NOTEBOOKS)
+def test_exercise_notebook_stops_at_its_first_check_cell(notebook, runs):
+    code, output = runs[notebook].result()
+    n = int(notebook[2:4])
+    assert code != 0, f"exercises/{notebook} ran to the end with the stubs"
+    assert f"# Check {n}.1" in output, f"exercises/{notebook} failed before its first check cell:\n{output[-3000:]}"
+    assert f"NotImplementedError: Exercise {n}.1: " in output and f"see chapters/{n:02d}_" in output, output[-3000:]
