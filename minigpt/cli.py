@@ -53,6 +53,53 @@ def cmd_formats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_memory(args: argparse.Namespace) -> int:
+    """Predicted (and with --measure, measured) memory of one training step, by kind."""
+    from minigpt import memory
+    from minigpt.device import pick_device
+    from minigpt.model import get_config
+
+    cfg = get_config(args.preset)
+    ctx = args.ctx or cfg.ctx
+    device = pick_device(args.device)
+    shape = dict(batch=args.batch, ctx=ctx, precision=args.precision, checkpointing=args.checkpointing,
+                 master_weights=args.master_weights)  # fmt: skip
+    predicted = memory.estimate(cfg, device=device, **shape)
+    measured = memory.measure(cfg, device=device, **shape) if args.measure else None
+    if args.json:
+        out = {"config": {"preset": args.preset, "device": str(device), **shape}, "predicted": predicted.to_dict()}
+        if measured is not None:
+            out["measured"] = measured.to_dict()
+        print(json.dumps(out, indent=1))
+        return 0
+    mib = lambda n: f"{n / 2**20:,.1f}"  # noqa: E731
+    measured_rows = dict(measured.rows()) if measured is not None else {}
+    rows = [(name, mib(b), mib(measured_rows[name]) if name in measured_rows else "") for name, b in predicted.rows()]
+    headers = ["MiB", "predicted"] + (["measured"] if measured is not None else [])
+    print(f"{args.preset} ({cfg.n_layer} layers), batch {args.batch} x ctx {ctx}, {args.precision}, "
+          f"checkpointing {args.checkpointing}, on {device}")  # fmt: skip
+    print(tabulate([r[: len(headers)] for r in rows], headers=headers, tablefmt="github", disable_numparse=True))
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Choose precision, micro-batch, accumulation and checkpointing for a preset on some hardware."""
+    from minigpt.plan import plan, recommended_table
+
+    if args.table:
+        rows = recommended_table(effective_batch=args.effective_batch)
+        table = tabulate(rows, headers="keys", tablefmt="github")
+        print(json.dumps(rows, indent=1, default=str) if args.json else table)
+        return 0
+    if not args.preset:
+        raise ValueError("give --preset (and --hardware, --ctx, --effective-batch), or --table")
+    from minigpt.model import get_config
+
+    chosen = plan(args.preset, args.hardware, args.ctx or get_config(args.preset).ctx, args.effective_batch)
+    print(json.dumps(chosen.to_dict(), indent=1, default=str) if args.json else chosen.explain())
+    return 0
+
+
 def add_train_flags(p: argparse.ArgumentParser) -> None:
     from minigpt.checkpointing import CHECKPOINTING_MODES
     from minigpt.model import PRESETS
@@ -124,6 +171,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("formats", help="the floating-point formats table")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_formats)
+    from minigpt.checkpointing import CHECKPOINTING_MODES
+    from minigpt.model import PRESETS
+    from minigpt.plan import HARDWARE
+
+    p = sub.add_parser("memory", help="memory of one training step: predicted, and measured with --measure")
+    p.add_argument("--preset", default="10m", choices=list(PRESETS))
+    p.add_argument("--precision", default="fp32", choices=PRECISION_CHOICES)
+    p.add_argument("--master-weights", action="store_true")
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--ctx", type=int, help="default: the preset's maximum")
+    p.add_argument("--checkpointing", default="none", choices=list(CHECKPOINTING_MODES))
+    p.add_argument("--measure", action="store_true", help="also run one real step and measure it")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | mps | auto")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_memory)
+    p = sub.add_parser("plan", help="choose precision, micro-batch, accum and checkpointing for some hardware")
+    p.add_argument("--preset", choices=list(PRESETS))
+    p.add_argument("--hardware", default="t4", choices=list(HARDWARE))
+    p.add_argument("--ctx", type=int, help="default: the preset's maximum")
+    p.add_argument("--effective-batch", type=int, default=128)
+    p.add_argument("--table", action="store_true", help="the recommended-settings table, made by the planner")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plan)
     p = sub.add_parser("train", help="train a model")
     add_train_flags(p)
     p.set_defaults(func=cmd_train)
