@@ -20,6 +20,7 @@ import torch
 from benchmarks import (
     bench_accumulation,
     bench_checkpointing,
+    bench_corpus,
     bench_loop,
     bench_memory_grid,
     bench_mfu,
@@ -28,6 +29,7 @@ from benchmarks import (
 from benchmarks.benchlib import Check, Section, machine_is_busy, machine_rows, table, token_data
 
 BENCHMARKS = {
+    "corpus": bench_corpus,
     "loop": bench_loop,
     "mfu": bench_mfu,
     "precision": bench_precision,
