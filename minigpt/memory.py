@@ -1,23 +1,26 @@
 """Where the memory of a training step goes: predicted from the model's shape, and measured.
 
-A training step holds two kinds of memory:
-  - static: weights, gradients and AdamW's two moments, a fixed number of bytes per parameter;
-  - per step: the activations autograd saves for backward (they grow with batch x ctx), plus transient
-    buffers: the logits and their fp32 gradients, gradients of activations in flight during backward,
-    blocks recomputed by checkpointing, autocast's bf16 copies of the weights, AdamW's temporaries.
+A training step holds:
+  - static memory: weights, gradients and AdamW's two moments, a fixed number of bytes per parameter;
+  - activations: the tensors autograd keeps for backward, which grow with batch x ctx;
+  - transient buffers: the logits and their fp32 gradients, gradients in flight during backward, blocks
+    recomputed by checkpointing, autocast's 16-bit copies of the weights, AdamW's temporaries.
+The peak is the worst moment of the step (MemoryBreakdown.moments), not the sum of the parts.
 
-`estimate()` derives every term from the config, by reading what THIS model's ops save (see
-`activation_table()`: one row per saved tensor, in bytes per token). `measure()` runs a real training
-step and counts the same terms on real tensors. The tests and benchmarks/memory_grid.py check that the
-two agree: activations within 5%, static terms to the byte.
+estimate() derives every term from the config, following what THIS model's ops save (activation_table():
+one row per saved tensor). measure() runs a real training step and counts the same terms on real tensors
+with two meters: saved_tensors_hooks (what autograd saves) and a TorchDispatchMode that sees every op
+(what is alive, op by op). The tests and benchmarks/memory_grid.py check that the two agree: activations
+within 5%, static terms to the byte.
 
-What one block saves per token, without checkpointing (C = n_embd, H = mlp_hidden = 8/3 C rounded up,
-h = n_head; dropout off):
-    fp32         52 C + 16 H + 8 + 4h   bytes
-    bf16, fp16   36 C +  8 H + 8 + 4h   (autocast: the residual stream and the norms stay fp32)
-    bf16-pure    30 C +  8 H + 8 + 4h   (the norms still keep an fp32 copy of their input)
-Outside the blocks, per token: 16 (token ids, targets) + 4 + (4 + 4 + a) C (final norm, lm_head input;
-a = 4 in fp32, 2 otherwise; 4 + 2 + 2 in bf16-pure) + 4 V (the fp32 log-softmax over the vocabulary).
+What one block saves per token without checkpointing (C = n_embd, H = mlp_hidden = 8/3 C rounded up to
+a multiple of 64, h = n_head; dropout off):
+    fp32         52 C + 16 H + 8 + 4h bytes
+    bf16, fp16   36 C +  8 H + 8 + 4h  (autocast: the residual stream and the norms stay fp32)
+    bf16-pure    30 C +  8 H + 8 + 4h  (the norms still keep an fp32 copy of their input)
+Outside the blocks, per token: the token ids and targets (8 + 8), the final norm (4 + 4C + rC), lm_head's
+input (aC) and the fp32 log-softmax over the vocabulary (4V); a = 4 in fp32 and 2 otherwise, r = 2 in
+bf16-pure and 4 otherwise.
 """
 
 from __future__ import annotations
@@ -186,6 +189,7 @@ def _block_rows(cfg: ModelConfig, ctx: int, w: _Widths, device: str) -> list[tup
             ("qkv output (3C): v is a view of it, so all of it stays", 3 * a * C, 0),
             ("q and k after RoPE (new tensors, saved by attention)", 2 * a * C, 0),
             ("attention output (saved by its own backward)", a * C, 0),
+            # (CUDA's memory-efficient kernel, used for fp32, pads T to a multiple of 32 here)
             ("attention logsumexp, fp32, one per head", 4 * nh, 0),
         ]
         if cfg.dropout > 0:  # the fused CUDA kernels regenerate the mask from a seed and an offset
@@ -679,7 +683,8 @@ def measure_activations(
     """measure()'s activations from a training forward alone: no backward, no AdamW, so much quicker."""
     precision, device = normalize_precision(precision), torch.device(device)
     model, *_, (x, y) = _prepare(model_cfg, batch, ctx, precision, checkpointing, False, device, seed)
-    tracker, saved, end = LiveTensorTracker(list(model.parameters()), device.type), SavedTensorMeter(model), {}
+    tracker, saved = LiveTensorTracker(list(model.parameters()), device.type), SavedTensorMeter(model)
+    end: dict = {}
     with _phase_marks(model, tracker, saved, end), tracker, saved, autocast_context(device, precision):
         model(x, y, reduction="sum")  # as train.forward_backward calls it
     return sum(_kept_for_backward(tracker, end)[0].values())
@@ -696,7 +701,9 @@ def measure(
     checkpointing's cache); each transient term and each moment (the largest live bytes, op by op, from
     a LiveTensorTracker). AdamW makes its state inside the first step(); every later step carries it
     through forward and backward, so it is added to those moments. device_peak: on CUDA,
-    torch.cuda.max_memory_allocated over a step that follows a warm-up step; elsewhere the largest moment.
+    torch.cuda.max_memory_allocated over a step that follows a warm-up step (it also counts what
+    libraries allocate through PyTorch, such as cuBLAS's workspace, and the allocator's rounding);
+    elsewhere the largest moment.
     """
     precision, device = normalize_precision(precision), torch.device(device)
     model, optimizer, master, scaler, train_params, xy = _prepare(

@@ -362,6 +362,9 @@ def probe_precision(device: torch.device | str, precision: str) -> PrecisionFact
     p = normalize_precision(precision)
     facts = PrecisionFacts(device=str(device), precision=p,
                            autocast_available=torch.amp.autocast_mode.is_autocast_available(device.type))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        facts.error = f"no CUDA device here (torch {torch.__version__}, cuda available: False)"
+        return facts
     if device.type == "cuda" and torch.version.hip is None:  # compute capability means NVIDIA's sm_XY
         facts.compute_capability = tuple(torch.cuda.get_device_capability(device))
         facts.device_name = torch.cuda.get_device_name(device)

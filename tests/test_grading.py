@@ -40,18 +40,19 @@ class GraderRun:
     """
 
     def __init__(self, tmp: Path, *args: str, files: tuple[str, ...] = ("exercises/",)) -> None:
-        self.grade = tmp / "grade.json"
+        self.grade, self.output = tmp / "grade.json", tmp / "output.txt"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                "OMP_NUM_THREADS": "1"}  # one thread each: several run at once
         cmd = [sys.executable, "-m", "pytest", *files, "-q", "-p", "no:cacheprovider",
                "--grade-json", str(self.grade), *args]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True)
+        with open(self.output, "w") as out:  # a file, not a pipe: nothing blocks while it is not read
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         self._result = None
 
     def result(self) -> tuple[str, dict]:
         if self._result is None:
-            output, _ = self.proc.communicate(timeout=900)
+            self.proc.wait(timeout=900)
+            output = self.output.read_text()
             assert self.grade.exists(), f"the grader wrote no grade.json:\n{output[-4000:]}"
             self._result = output, json.loads(self.grade.read_text())
         return self._result
@@ -93,7 +94,7 @@ def test_stubs_hold_no_solution_code():
         assert len(stubs) == solution.count("# BEGIN SOLUTION "), f"exercises/{path.name}: one stub per region"
 
 
-def test_generator_rejects_a_region_without_end():
+def test_generator_rejects_bad_regions():
     source = "def f():\n    # BEGIN SOLUTION 1.1: hint\n    return 1\n"
     with pytest.raises(ValueError, match="no '# END SOLUTION'"):
         make_exercises.stub_code(source, "chapters/01_x.ipynb")
@@ -113,12 +114,13 @@ class NotebookRun:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         cmd = [sys.executable, "-m", "nbconvert", "--to", "notebook", "--execute", "--output-dir", str(out_dir),
                "--ExecutePreprocessor.timeout=300", str(notebook)]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True)
+        self.output = out_dir / "output.txt"
+        with open(self.output, "w") as out:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
 
     def result(self) -> tuple[int, str]:
-        output, _ = self.proc.communicate(timeout=900)
-        return self.proc.returncode, ANSI_COLOR.sub("", output)
+        self.proc.wait(timeout=900)
+        return self.proc.returncode, ANSI_COLOR.sub("", self.output.read_text())
 
 
 EXERCISE_NOTEBOOKS = sorted(p.name for p in (ROOT / "solutions").glob("ch*.ipynb"))
@@ -140,8 +142,8 @@ def runs(tmp_path_factory):
         started.update({name: run for name in variants})
     tmp = tmp_path_factory.mktemp("hang")
     folder = answers_with(tmp / "answers", {"hang": ("ch07_fitting_it_together", "7.1", "", HANGING_SEARCH)})
-    started["hang"] = GraderRun(tmp, "--answers-dir", str(folder), "--exercise-timeout", "5",
-                                "-k", "7.1 or test_planner_rules", files=("exercises/test_ch07_fitting_it_together.py",))
+    started["hang"] = GraderRun(tmp, "--answers-dir", str(folder), "--exercise-timeout", "5", "-k",
+                                "7.1 or test_planner_rules", files=("exercises/test_ch07_fitting_it_together.py",))
     for name in EXERCISE_NOTEBOOKS:
         started[name] = NotebookRun(ROOT / "exercises" / name, tmp_path_factory.mktemp("notebooks"))
     yield started

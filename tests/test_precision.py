@@ -246,3 +246,15 @@ def test_static_bytes_per_param():
     assert static_bytes_per_param("bfloat16") == {**BYTES_PER_PARAM["bf16"], "total": 16}
     with pytest.raises(ValueError, match="bf16-pure only"):
         static_bytes_per_param("fp32", master_weights=True)
+
+
+def test_check_precision_on_a_missing_cuda_is_a_clear_error():
+    import pytest
+    import torch
+
+    from minigpt.precision import PrecisionNotSupportedError, check_precision
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(PrecisionNotSupportedError, match="no CUDA device"):
+        check_precision("cuda", "bf16")
