@@ -30,7 +30,7 @@ slides: setup
 	$(VENV)/bin/jupyter nbconvert --to slides chapters/*.ipynb --output-dir slides
 
 # Chapters whose stored outputs have been checked by nbval (the others join as they are finished).
-CHECKED_CHAPTERS := chapters/01_number_formats.ipynb chapters/03_autocast.ipynb chapters/04_fp16_gradscaler.ipynb chapters/06_checkpointing.ipynb
+CHECKED_CHAPTERS := chapters/01_number_formats.ipynb chapters/03_autocast.ipynb chapters/04_fp16_gradscaler.ipynb chapters/06_checkpointing.ipynb chapters/07_fitting_it_together.ipynb
 
 # Package tests, then each checked chapter re-run and compared with its stored outputs (nbval).
 # tests/test_grading.py (the autograder, issue 7) is still being built and runs on its own for now.
