@@ -22,6 +22,7 @@ from benchmarks.benchlib import (
     median_spread,
     pyplot,
     save_figure,
+    size_for,
     table,
     timed_train_steps,
     token_data,
@@ -35,11 +36,12 @@ ACCUMS = (1, 2, 4, 8, 16)
 SIZES = {
     False: dict(preset="10m", effective_batch=16, ctx=128, precision="fp32", warmup=1, steps=4),
     True: dict(preset="tiny", effective_batch=16, ctx=16, precision="fp32", warmup=1, steps=1),
+    "cuda": dict(preset="125m", effective_batch=32, ctx=1024, precision="bf16", warmup=1, steps=4),
 }
 
 
 def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = None) -> Section:
-    t_start, size = time.perf_counter(), SIZES[quick]
+    t_start, size = time.perf_counter(), size_for(SIZES, device, quick)
     data = data or token_data(quick)
     model_cfg, ctx, eff = get_config(size["preset"]), size["ctx"], size["effective_batch"]
     rows, plot = [], []

@@ -23,6 +23,7 @@ from benchmarks.benchlib import (
     median_spread,
     pyplot,
     save_figure,
+    size_for,
     table,
     timed_train_steps,
     token_data,
@@ -39,11 +40,12 @@ MAX_ACTIVATIONS = 0.75  # "a clear memory saving": at least a quarter fewer save
 SIZES = {
     False: dict(preset="10m", batch=8, ctx=256, precision="fp32", rounds=2, steps=3),
     True: dict(preset="tiny-deep", batch=2, ctx=32, precision="fp32", rounds=1, steps=1),
+    "cuda": dict(preset="125m", batch=32, ctx=1024, precision="bf16", rounds=3, steps=5),
 }
 
 
 def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = None) -> Section:
-    t_start, size = time.perf_counter(), SIZES[quick]
+    t_start, size = time.perf_counter(), size_for(SIZES, device, quick)
     data = data or token_data(quick)
     cfg_model = get_config(size["preset"])
     times: dict[str, list[float]] = {mode: [] for mode in CHECKPOINTING_MODES}

@@ -23,6 +23,7 @@ from benchmarks.benchlib import (
     median_spread,
     pyplot,
     save_figure,
+    size_for,
     table,
     timed_train_steps,
     token_data,
@@ -35,6 +36,7 @@ TARGET = 0.97  # minigpt tokens/s over hand-written tokens/s: the teaching loop 
 SIZES = {
     False: dict(presets=("10m", "30m"), precisions=("fp32", "bf16"), batch=8, ctx=256, warmup=2, steps=8),
     True: dict(presets=("tiny",), precisions=("fp32", "bf16"), batch=2, ctx=32, warmup=1, steps=2),
+    "cuda": dict(presets=("30m", "125m"), precisions=("fp32", "bf16"), batch=32, ctx=512, warmup=3, steps=10),
 }
 
 
@@ -79,7 +81,7 @@ def paired_step_times(cfg: TrainConfig, data: TokenData, warmup: int, steps: int
 
 
 def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = None) -> Section:
-    t_start, size = time.perf_counter(), SIZES[quick]
+    t_start, size = time.perf_counter(), size_for(SIZES, device, quick)
     data = data or token_data(quick)
     rows, checks, bars = [], [], []
     tokens = size["batch"] * size["ctx"]

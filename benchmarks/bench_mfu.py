@@ -23,6 +23,7 @@ from benchmarks.benchlib import (
     median_spread,
     pyplot,
     save_figure,
+    size_for,
     table,
     timed_train_steps,
     token_data,
@@ -53,6 +54,15 @@ SIZES = {
         peak_sizes=(128,),
         peak_repeats=2,
     ),
+    "cuda": dict(
+        runs=(("30m", 32), ("125m", 32)),
+        precisions=("fp32", "bf16"),
+        ctx=512,
+        warmup=2,
+        steps=8,
+        peak_sizes=(4096, 8192),
+        peak_repeats=5,
+    ),
 }
 
 
@@ -67,7 +77,7 @@ def matmul_dtype(precision: str) -> torch.dtype:
 
 
 def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = None) -> Section:
-    t_start, size = time.perf_counter(), SIZES[quick]
+    t_start, size = time.perf_counter(), size_for(SIZES, device, quick)
     data = data or token_data(quick)
     # A GPU reaches its peak only on larger matmuls than a CPU does.
     sizes = (4096, 8192) if device.type == "cuda" and not quick else size["peak_sizes"]

@@ -21,6 +21,7 @@ from benchmarks.benchlib import (
     median_spread,
     pyplot,
     save_figure,
+    size_for,
     table,
     timed_train_steps,
     token_data,
@@ -35,6 +36,7 @@ from minigpt.train import TrainConfig
 SIZES = {
     False: dict(preset="10m", batch=8, ctx=256, warmup=1, steps=5),
     True: dict(preset="tiny", batch=2, ctx=32, warmup=1, steps=1),
+    "cuda": dict(preset="125m", batch=8, ctx=1024, warmup=2, steps=10),
 }
 HEADERS = [
     "device",
@@ -98,13 +100,14 @@ def caveat(device: torch.device) -> str:
 
 
 def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = None) -> Section:
-    t_start, size = time.perf_counter(), SIZES[quick]
+    t_start = time.perf_counter()
     data = data or token_data(quick)
     devices = [device] + (
         [torch.device("cuda")] if device.type == "cpu" and torch.cuda.is_available() else []
     )
     rows, results = [], {}
     for dev in devices:
+        size = size_for(SIZES, dev, quick)
         for precision in PRECISIONS:
             r = measure_precision(
                 size["preset"],
@@ -140,13 +143,15 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
 
     body = "\n\n".join(
         [
-            f"Preset {size['preset']}, batch {size['batch']}, ctx {size['ctx']}; time: median of "
-            f"{size['steps']} steps of `minigpt.train.train()` after {size['warmup']} warm-up; memory: "
+            "; ".join(f"{d.type}: preset {z['preset']}, batch {z['batch']}, ctx {z['ctx']}, time = median of "
+                      f"{z['steps']} steps of `minigpt.train.train()` after {z['warmup']} warm-up"
+                      for d in devices for z in [size_for(SIZES, d, quick)])
+            + "; memory: "
             "`minigpt.memory.measure()` (static = weights + grads + AdamW moments; activations = what "
             "autograd keeps for backward; peak = "
             "the step's high-water mark), predicted = `minigpt.memory.estimate()` static + activations.",
             table(rows, HEADERS),
-            caveat(device),
+            caveat(device) if device.type == "cpu" else "",
         ]
     )
     plt = pyplot()

@@ -162,6 +162,12 @@ def matmul_peak(dtype: torch.dtype, device: torch.device, sizes: tuple[int, ...]
 # Data, machine, files
 
 
+def size_for(sizes: dict, device: torch.device, quick: bool) -> dict:
+    """A benchmark's shape: sizes[quick] on the CPU; sizes["cuda"] on a GPU, where CPU-sized steps take
+    a few ms and measure kernel launches rather than the lever being benchmarked."""
+    return sizes["cuda"] if device.type == "cuda" and not quick and "cuda" in sizes else sizes[quick]
+
+
 def token_data(quick: bool) -> TokenData:
     """The built-in corpus (tokenized once, cached); in quick mode random tokens (speed and memory
     do not depend on which tokens a batch holds)."""

@@ -197,7 +197,10 @@ def _block_rows(cfg: ModelConfig, ctx: int, w: _Widths, device: str) -> list[tup
     if w.autocast:  # apply_rope casts cos and sin for q and again for k: four (T, head_dim/2) tables
         # (in fp32 the saved tables are the model's buffers; bf16-pure converted the buffers to bf16)
         rows.append(("RoPE cos/sin cast to 16 bits, for q and for k", 0, 4 * T * (hd // 2) * a))
-    rows.append(("proj input: attention output transposed to (B, T, C), a copy", a * C, 0))
+    if not (device == "cuda" and a == 4):
+        rows.append(("proj input: attention output transposed to (B, T, C), a copy", a * C, 0))
+    # (on CUDA in fp32 the memory-efficient attention kernel already writes its output in (B, T, heads,
+    # head_dim) order, so the transpose is a view and proj's input is the attention output: no copy)
     if cfg.dropout > 0:
         rows.append(("attention residual dropout mask", _mask_bytes(a, device) * C, 0))
     gate_up = ", cast twice by autocast (gate and up each)" if w.autocast else " (shared by gate and up)"
@@ -307,6 +310,13 @@ def _block_backward(cfg: ModelConfig, N: int, w: _Widths) -> int:
     return max(mlp, mlp_weights, norm)
 
 
+# cuBLAS takes a workspace through PyTorch's allocator for each thread that runs matmuls: the training
+# loop's thread and autograd's backward thread. Measured on an H100 (torch 2.11): 32 MiB each, which is
+# PyTorch's default on Hopper; older GPUs default to 8.125 MiB each, so this errs on the safe side there.
+# CUBLAS_WORKSPACE_CONFIG changes it.
+CUDA_LIBRARY_WORKSPACE = 2 * 32 * 2**20
+
+
 def _regions(cfg: ModelConfig, mode: str) -> list[int]:
     """Blocks per checkpointed region, in forward order (one region per block without checkpointing)."""
     return [len(s) for s in sqrt_segments(cfg.n_layer)] if mode == "sqrt" else [1] * cfg.n_layer
@@ -356,9 +366,10 @@ def _predict(cfg: ModelConfig, batch: int, ctx: int, precision: str, mode: str, 
     optimizer_step = state * (_matrix_params(cfg) if device == "cuda" else 2 * V * C)
 
     # There all along: weights, AdamW's state (from the second step on), the RoPE tables (buffers) and,
-    # on the CPU, AdamW's step counters (a 4-byte tensor per parameter tensor; CUDA keeps them on the host).
+    # on CUDA, cuBLAS's workspaces; on the CPU, AdamW's step counters (a 4-byte tensor per parameter
+    # tensor; CUDA keeps them on the host).
     rope = 2 * cfg.ctx * (cfg.head_dim // 2) * (2 if precision == "bf16-pure" else 4)
-    base = weights + optimizer + rope + (0 if device == "cuda" else 4 * (2 + 7 * L))
+    base = weights + optimizer + rope + (CUDA_LIBRARY_WORKSPACE if device == "cuda" else 4 * (2 + 7 * L))
     # Backward through the blocks, one region at a time from the top: the regions below (this one
     # included) still hold their activations, the gradients of the regions above exist, this region is
     # recomputed. Weight copies (autocast): without checkpointing, the graph keeps those of the regions

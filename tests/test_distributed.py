@@ -6,7 +6,7 @@ from minigpt.train import TrainConfig, train_and_report
 
 def test_ddp_two_processes_accum_2_equals_one_process_accum_4():
     """Each rank takes half of the same window, so 2 x accum 2 sees the sequences of 1 x accum 4."""
-    common = dict(preset="tiny", batch=2, ctx=32, steps=1, sample_tokens=0, verbose=False)
+    common = dict(preset="tiny", batch=2, ctx=32, steps=1, sample_tokens=0, verbose=False, device="cpu")  # gloo ranks
     ranks = spawn_on_cpu(train_and_report, (TrainConfig(accum=2, **common),), world=2)
     single = train_and_report(TrainConfig(accum=4, **common))
     for name, p in single["state_dict"].items():

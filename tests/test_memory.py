@@ -109,6 +109,25 @@ def test_dropout_masks_on_cuda_are_one_byte_per_value():
         assert dropped - plain == (2 * cfg.n_layer + 1) * batch * ctx * cfg.n_embd + cfg.n_layer * 16
 
 
+def test_cuda_peak_counts_cublas_workspaces_and_fp32_attention_needs_no_transpose_copy(monkeypatch):
+    """Two CUDA-only rules measured on an H100 (benchmarks/cuda/RESULTS.md), checked here without a GPU."""
+    cfg, batch, ctx = get_config("tiny"), 2, 64
+    with_workspace = memory.estimate(cfg, batch, ctx, "bf16", device="cuda")
+    monkeypatch.setattr(memory, "CUDA_LIBRARY_WORKSPACE", 0)
+    without = memory.estimate(cfg, batch, ctx, "bf16", device="cuda")
+    # every moment of the step holds cuBLAS's two workspaces (the loop's thread and autograd's)
+    assert {k: v - without.moments[k] for k, v in with_workspace.moments.items()} == {
+        k: 2 * 32 * 2**20 for k in without.moments}
+    # fp32 on CUDA: the attention output is already (B, T, heads, head_dim), so proj reads it without a copy
+    # of its own; in 16 bits (cuDNN/flash kernels on an H100) and on the CPU the copy is there.
+    def copy_rows(precision: str, device: str) -> int:
+        rows = memory.activation_table(cfg, batch, ctx, precision, "none", device)
+        return sum(r["bytes"] for r in rows if r["tensor"].startswith("proj input"))
+
+    assert copy_rows("fp32", "cuda") == 0
+    assert copy_rows("fp32", "cpu") == copy_rows("bf16", "cuda") * 2 == 4 * batch * ctx * cfg.n_embd * cfg.n_layer
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_activations_scale_linearly_with_batch(precision):
     """A straight line in batch: the same bytes for each added sequence, plus a batch-independent part."""
