@@ -9,7 +9,6 @@ micro-batch's activations are freed by its backward, so a window's peak is one m
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ import torch
 from benchmarks.benchlib import (
     MIB,
     Section,
+    main_for,
     median_spread,
     pyplot,
     save_figure,
@@ -119,15 +119,7 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the code path in seconds")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent)
-    args = parser.parse_args(argv)
-    section = run(args.quick, args.out, torch.device(args.device))
-    print(section.body)
-    return 0
-
+    return main_for(run, __doc__, argv)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,7 +9,6 @@ and minigpt.memory.estimate().
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from benchmarks.benchlib import (
     MIB,
     Check,
     Section,
+    main_for,
     median_spread,
     pyplot,
     save_figure,
@@ -156,16 +156,7 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the code path in seconds")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent)
-    args = parser.parse_args(argv)
-    section = run(args.quick, args.out, torch.device(args.device))
-    print(section.body)
-    section.report()
-    return 0 if all(c.passed for c in section.checks) else 1
-
+    return main_for(run, __doc__, argv)
 
 if __name__ == "__main__":
     sys.exit(main())

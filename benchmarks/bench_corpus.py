@@ -9,7 +9,6 @@ entropy (there is structure to learn) and above 0.5 nats (the text is not near-d
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.benchlib import Check, Section, pyplot, save_figure, table
+from benchmarks.benchlib import Check, Section, main_for, pyplot, save_figure, table
 from minigpt.data import TokenData, load_tokens
 from minigpt.train import TrainConfig, train
 
@@ -62,17 +61,8 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
     return Section("0. The built-in corpus", body, checks, [figure], time.perf_counter() - start)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--out", default="benchmarks")
-    args = parser.parse_args()
-    section = run(args.quick, Path(args.out), torch.device(args.device))
-    print(section.body)
-    section.report()
-    return 0 if all(c.passed for c in section.checks) else 1
-
+def main(argv: list[str] | None = None) -> int:
+    return main_for(run, __doc__, argv)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,7 +8,6 @@ table; the target, activations within 5% and static terms exact, is memory_grid'
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import memory_grid
-from benchmarks.benchlib import Check, Section, pyplot, save_figure
+from benchmarks.benchlib import Check, Section, main_for, pyplot, save_figure
 
 ARGS = {
     False: [],  # memory_grid's defaults: the course presets at a small batch
@@ -99,15 +98,7 @@ def run(quick: bool, out: Path, device: torch.device, data=None) -> Section:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the code path in seconds")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent)
-    args = parser.parse_args(argv)
-    section = run(args.quick, args.out, torch.device(args.device))
-    section.report()
-    return 0 if all(c.passed for c in section.checks) else 1
-
+    return main_for(run, __doc__, argv)
 
 if __name__ == "__main__":
     sys.exit(main())

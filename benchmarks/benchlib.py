@@ -7,6 +7,7 @@ so everything the teaching loop does in a step counts.
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import platform
@@ -162,6 +163,12 @@ def matmul_peak(dtype: torch.dtype, device: torch.device, sizes: tuple[int, ...]
 # Data, machine, files
 
 
+def bf16_is_emulated(device: torch.device) -> bool:
+    """True on a CPU without bf16 instructions, where a bf16 matmul runs ~15-20x slower than fp32
+    (measured on an AVX2-only AMD EPYC): benchmarks shrink or skip their bf16 work there."""
+    return device.type == "cpu" and not device_info(device).bf16_is_fast
+
+
 def size_for(sizes: dict, device: torch.device, quick: bool) -> dict:
     """A benchmark's shape: sizes[quick] on the CPU; sizes["cuda"] on a GPU, where CPU-sized steps take
     a few ms and measure kernel launches rather than the lever being benchmarked."""
@@ -226,3 +233,19 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def main_for(run, doc: str, argv: list[str] | None = None) -> int:
+    """The command line every benchmark module shares: --quick, --device, --out; prints its section.
+
+    Exit status 1 when a target is missed (so a script can tell), 0 otherwise.
+    """
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the code path in seconds")
+    parser.add_argument("--device", default="cpu", help="cpu (the course machine) or cuda")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent, help="where the PNG plots go")
+    args = parser.parse_args(argv)
+    section = run(args.quick, args.out, torch.device(args.device))
+    print(section.body)
+    section.report()
+    return 0 if all(c.passed for c in section.checks) else 1

@@ -286,7 +286,8 @@ def activation_table(
 
 
 def layer_bytes_per_token(model_cfg: ModelConfig, precision: str = "fp32", device: str = "cuda") -> int:
-    """Bytes one block keeps per token without checkpointing: in fp32, 52 C + 16 H + 8 + 4 n_head.
+    """Bytes one block keeps per token without checkpointing: in fp32, 52 C + 16 H + 8 + 4 n_head on a CPU
+    (48 C + ... on CUDA, whose attention output needs no transposed copy).
 
     The RoPE tables autocast casts do not grow with tokens and are left out. With dropout on a CPU,
     attention's T x T matrices are counted at the model's full ctx.
@@ -488,7 +489,10 @@ class SavedTensorMeter(torch.autograd.graph.saved_tensors_hooks):
             ptr = storage.data_ptr()
             if self.enabled and ptr not in skip and (ptr not in self._saved or self._saved[ptr][0].expired()):
                 self._saved[ptr] = (StorageWeakRef(storage), storage.nbytes())
-            return t  # keep the tensor itself: the meter only looks
+            # The meter only looks. A detached alias of the same storage, not t itself: when t is the
+            # op's own output (exp, softmax), keeping t would tie the graph into a reference cycle that
+            # is never freed unless backward runs (a forward-only measurement would leak its graph).
+            return t.detach()
 
         super().__init__(pack, lambda t: t)
 

@@ -185,9 +185,11 @@ def test_weight_copies_are_an_autocast_cost_only():
 def test_activation_table_adds_up_and_the_per_layer_formulas():
     cfg = get_config("10m")
     C, H, h = cfg.n_embd, cfg.mlp_hidden, cfg.n_head
-    assert memory.layer_bytes_per_token(cfg, "fp32") == 52 * C + 16 * H + 8 + 4 * h
-    assert memory.layer_bytes_per_token(cfg, "bf16") == 36 * C + 8 * H + 8 + 4 * h
-    assert memory.layer_bytes_per_token(cfg, "bf16-pure") == 30 * C + 8 * H + 8 + 4 * h
+    assert memory.layer_bytes_per_token(cfg, "fp32", "cpu") == 52 * C + 16 * H + 8 + 4 * h
+    # CUDA's fp32 attention writes its output as (B, T, heads, head_dim): no transposed copy of 4 C
+    assert memory.layer_bytes_per_token(cfg, "fp32", "cuda") == 48 * C + 16 * H + 8 + 4 * h
+    assert memory.layer_bytes_per_token(cfg, "bf16", "cpu") == 36 * C + 8 * H + 8 + 4 * h
+    assert memory.layer_bytes_per_token(cfg, "bf16-pure", "cpu") == 30 * C + 8 * H + 8 + 4 * h
     for mode in CHECKPOINTING_MODES:
         rows = memory.activation_table(cfg, 2, 128, "bf16", mode)
         assert sum(r["bytes"] for r in rows) == memory.estimate(cfg, 2, 128, "bf16", mode).activations
