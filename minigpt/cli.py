@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from tabulate import tabulate
@@ -215,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
         # Errors we raise on purpose say what was wrong and what to do: show just that.
         print(f"minigpt {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `minigpt plan --table | head`: the reader left, which is not an error
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - silences the interpreter's flush at exit
+        return 0
 
 
 if __name__ == "__main__":
