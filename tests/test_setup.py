@@ -60,6 +60,21 @@ def test_ci_runs_the_readme_test_command():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
 
 
+def test_make_test_runs_every_test_and_every_notebook():
+    """Nothing is left out of `make test`: all of tests/ (the grader included) and nbval over every
+    chapter and solution notebook, each of which exists with stored outputs."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile.split("\ntest: setup\n")[1].split("\n\n")[0]
+    assert "pytest tests/" in recipe and "--ignore" not in recipe and "--deselect" not in recipe
+    assert "--nbval chapters/ solutions/" in recipe
+    for folder in ("chapters", "solutions"):
+        notebooks = sorted((ROOT / folder).glob("*.ipynb"))
+        assert len(notebooks) == 7, folder
+        for path in notebooks:
+            cells = json.loads(path.read_text())["cells"]
+            assert any(c.get("outputs") for c in cells if c["cell_type"] == "code"), f"{path} has no outputs"
+
+
 def test_params_json_is_computed_from_the_configs(capsys):
     assert main(["params", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
