@@ -21,7 +21,8 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(VENV)/bin/minigpt demo all
 
-# benchmarks/RESULTS.md and PNG plots (~15 min on 2 cores): run it on a quiet machine
+# benchmarks/RESULTS.md and PNG plots: 42 min on a 2-core CPU that emulates bf16 (the memory grid takes 24 of
+# them), less where the CPU has bf16 instructions. Run it on a quiet machine.
 bench: setup
 	$(PY) -m benchmarks.run_all
 

@@ -1,6 +1,6 @@
 """Run every benchmark and write RESULTS.md (machine, torch, date, tables, targets) and PNG plots next to it.
 
-    make bench                                       # = python -m benchmarks.run_all, ~15-20 min on 2 cores
+    make bench                                       # = python -m benchmarks.run_all, ~40 min on 2 cores
     python -m benchmarks.run_all --quick --out /tmp/b  # tiny sizes, seconds: checks that everything runs
 
 Each benchmark prints its table and PASS/FAIL per target. The exit status is 1 when a target is missed
