@@ -1,6 +1,8 @@
 """4. Gradient checkpointing: time and saved activations of full, sqrt and selective against none, and theory.
 
-Time: minigpt.train.train() steps, the modes taking turns in rounds (a change of load hits them all).
+Time: minigpt.train.train_step (the step train() runs), the four modes taking turns step by step on the
+same batch, so that a change of load on a shared machine hits every mode alike; each mode's time ratio is
+the median over steps of its time over none's time in the same turn.
 Saved activations: minigpt.memory.measure(). Theory: minigpt.plan.relative_step_time (a FLOP model)
 and minigpt.memory.estimate().
 
@@ -19,13 +21,13 @@ from benchmarks.benchlib import (
     MIB,
     Check,
     Section,
+    clock,
     main_for,
     median_spread,
     pyplot,
     save_figure,
     size_for,
     table,
-    timed_train_steps,
     token_data,
 )
 from minigpt.checkpointing import CHECKPOINTING_MODES
@@ -33,34 +35,44 @@ from minigpt.data import TokenData
 from minigpt.memory import estimate, measure
 from minigpt.model import get_config
 from minigpt.plan import relative_step_time
-from minigpt.train import TrainConfig
+from minigpt.train import TrainConfig, build_step_state, train_step
 
 MAX_TIME = {"full": 1.40, "selective": 1.10}  # step time over no checkpointing
 MAX_ACTIVATIONS = 0.75  # "a clear memory saving": at least a quarter fewer saved bytes than none
 SIZES = {
-    False: dict(preset="10m", batch=8, ctx=256, precision="fp32", rounds=2, steps=3),
-    True: dict(preset="tiny-deep", batch=2, ctx=32, precision="fp32", rounds=1, steps=1),
-    "cuda": dict(preset="125m", batch=32, ctx=1024, precision="bf16", rounds=3, steps=5),
+    False: dict(preset="10m", batch=8, ctx=256, precision="fp32", warmup=2, steps=10),
+    True: dict(preset="tiny-deep", batch=2, ctx=32, precision="fp32", warmup=1, steps=2),
+    "cuda": dict(preset="125m", batch=32, ctx=1024, precision="bf16", warmup=3, steps=15),
 }
+
+
+def interleaved_step_times(size: dict, data: TokenData, device: torch.device) -> dict[str, list[float]]:
+    """Seconds per optimizer step for each checkpointing mode: one model per mode, the modes taking turns
+    on the same batch every step (untimed warm-up turns first)."""
+    model_cfg = get_config(size["preset"])
+    states = {}
+    for mode in CHECKPOINTING_MODES:
+        cfg = TrainConfig(preset=size["preset"], precision=size["precision"], batch=size["batch"],
+                          ctx=size["ctx"], checkpointing=mode, device=str(device))  # fmt: skip
+        states[mode] = build_step_state(model_cfg, cfg, device)
+    times: dict[str, list[float]] = {mode: [] for mode in CHECKPOINTING_MODES}
+    gen = torch.Generator().manual_seed(0)
+    for turn in range(size["warmup"] + size["steps"]):
+        x, y = data.get_batch("train", size["batch"], size["ctx"], gen)
+        for mode, state in states.items():
+            start = clock(device)
+            train_step(state, [(x, y)], device, size["precision"])
+            if turn >= size["warmup"]:
+                times[mode].append(clock(device) - start)
+    print({m: [f"{t:.3f}" for t in ts] for m, ts in times.items()}, file=sys.stderr, flush=True)
+    return times
 
 
 def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = None) -> Section:
     t_start, size = time.perf_counter(), size_for(SIZES, device, quick)
     data = data or token_data(quick)
     cfg_model = get_config(size["preset"])
-    times: dict[str, list[float]] = {mode: [] for mode in CHECKPOINTING_MODES}
-    for _ in range(size["rounds"]):
-        for mode in CHECKPOINTING_MODES:
-            cfg = TrainConfig(
-                preset=size["preset"],
-                precision=size["precision"],
-                batch=size["batch"],
-                ctx=size["ctx"],
-                checkpointing=mode,
-                device=str(device),
-            )
-            times[mode] += timed_train_steps(cfg, data, warmup=1, steps=size["steps"])
-            print(mode, [f"{t:.3f}" for t in times[mode]], file=sys.stderr, flush=True)
+    times = interleaved_step_times(size, data, device)
     args = (cfg_model, size["batch"], size["ctx"], size["precision"])
     saved = {
         mode: measure(*args, checkpointing=mode, device=device).activations for mode in CHECKPOINTING_MODES
@@ -69,11 +81,14 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
         mode: estimate(*args, checkpointing=mode, device=device).activations for mode in CHECKPOINTING_MODES
     }
 
-    base_time = median_spread(times["none"])[0]
     rows, checks, plot = [], [], []
     for mode in CHECKPOINTING_MODES:
-        med, spread = median_spread(times[mode])
-        time_ratio, act_ratio = med / base_time, saved[mode] / saved["none"]
+        med = median_spread(times[mode])[0]
+        # the ratio within each turn, then the median over turns: drift in load cancels out
+        time_ratio, spread = median_spread([t / t0 for t, t0 in zip(times[mode], times["none"])])
+        if mode == "none":
+            spread = median_spread(times["none"])[1]  # of its step times (its ratio is 1 by definition)
+        act_ratio = saved[mode] / saved["none"]
         theory_time, theory_act = (
             relative_step_time(cfg_model, size["ctx"], mode),
             predicted[mode] / predicted["none"],
@@ -117,9 +132,10 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
     body = "\n\n".join(
         [
             f"Preset {size['preset']}, {size['precision']}, batch {size['batch']}, ctx {size['ctx']}. "
-            f"Time: median of {size['rounds'] * size['steps']} steps ({size['rounds']} rounds of "
-            f"{size['steps']}, each after a "
-            "warm-up step, the modes taking turns). Theory: time from the FLOP model of "
+            f"Time: {size['steps']} optimizer steps per mode after {size['warmup']} warm-up ones, the "
+            "modes taking turns step by step on the same batch; ms/step is each mode's median, the time "
+            "ratio the median over turns of its step time over none's in the same turn (spread: of those "
+            "ratios). Theory: time from the FLOP model of "
             "`minigpt.plan.relative_step_time` (full and sqrt recompute each block's forward once; selective "
             "only elementwise work, assumed a fixed share), activations from `minigpt.memory.estimate()`.",
             table(
