@@ -6,11 +6,11 @@ a rename is atomic, so a crash in the middle of a save leaves the previous check
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import torch
+
+from minigpt.files import write_atomically
 
 FORMAT = "minigpt-checkpoint"
 VERSION = 1
@@ -22,19 +22,8 @@ class CheckpointError(RuntimeError):
 
 def save_checkpoint(state: dict, path: str | Path) -> Path:
     """Write `state` (plus a format marker) to `path` via a temp file and an atomic rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save({"format": FORMAT, "version": VERSION, **state}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    marked = {"format": FORMAT, "version": VERSION, **state}
+    return write_atomically(path, lambda f: torch.save(marked, f))
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:

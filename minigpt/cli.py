@@ -115,7 +115,9 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpointing", default="none", choices=list(CHECKPOINTING_MODES))
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--steps", type=int, default=100, help="optimizer steps in total")
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (cosine decay to 10%% of it)")
+    p.add_argument("--warmup-steps", type=int, help="linear warmup steps (default: 5%% of --steps)")
+    p.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm (0: no clipping)")
     p.add_argument("--eval-every", type=int, default=0)
     p.add_argument("--save-every", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
@@ -137,7 +139,8 @@ def train_config_from_args(args: argparse.Namespace):
     return TrainConfig(
         preset=args.preset, precision=args.precision or args.dtype or "fp32", master_weights=args.master_weights,
         batch=args.batch, accum=args.accum, ctx=args.ctx, checkpointing=args.checkpointing,
-        dropout=args.dropout, steps=args.steps, lr=args.lr, eval_every=args.eval_every,
+        dropout=args.dropout, steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps,
+        grad_clip=args.grad_clip, eval_every=args.eval_every,
         save_every=args.save_every, seed=args.seed, corpus=args.corpus, tokenizer=args.tokenizer,
         out=args.out, resume=args.resume, device=args.device, verbose=not args.json,
     )  # fmt: skip

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import os
 import random
-import tempfile
 from pathlib import Path
+
+from minigpt.files import write_atomically
 
 DEFAULT_CORPUS_CHARS = 5_000_000
 CORPUS_VERSION = 2  # bump when the grammar changes: the cache file name carries it
@@ -1087,14 +1088,5 @@ def builtin_corpus_path(
     path = cache_dir / f"builtin-v{CORPUS_VERSION}-seed{seed}-{num_chars}.txt"
     if path.is_file() and path.stat().st_size == num_chars:  # ASCII: one byte per char
         return path
-    cache_dir.mkdir(parents=True, exist_ok=True)
     text = generate_corpus(num_chars, seed)
-    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="ascii", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomically(path, lambda f: f.write(text.encode("ascii")))

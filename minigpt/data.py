@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import numpy as np
 import torch
 
 from minigpt.corpus import builtin_corpus_path, default_cache_dir
+from minigpt.files import write_atomically
 from minigpt.tokenizer import DEFAULT_TOKENIZER, get_tokenizer
 
 CACHE_VERSION = 1
@@ -40,19 +39,6 @@ def read_corpus_text(path: str | Path) -> str:
             f"corpus file {path} is not UTF-8 text (bad byte at offset {err.start}); "
             f"convert it first, e.g. `iconv -f latin1 -t utf-8 {path.name} > {path.stem}.utf8.txt`"
         ) from None
-
-
-def _write_atomically(path: Path, write) -> None:
-    """Write via a temp file in the same folder, then rename: readers see all of it or nothing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _chunks(text: str):
@@ -81,7 +67,7 @@ def tokenize_to_cache(corpus: str | Path, tokenizer: str = DEFAULT_TOKENIZER, ca
         if meta.get("version") == CACHE_VERSION and bin_path.stat().st_size == 2 * meta["n_tokens"]:
             return bin_path
     ids = np.concatenate([np.asarray(c, dtype=np.uint16) for c in enc.encode_ordinary_batch(list(_chunks(text)))])
-    _write_atomically(bin_path, lambda f: f.write(ids.tobytes()))
+    write_atomically(bin_path, lambda f: f.write(ids.tobytes()))
     meta = {
         "version": CACHE_VERSION,
         "corpus": str(corpus.resolve()),
@@ -92,7 +78,7 @@ def tokenize_to_cache(corpus: str | Path, tokenizer: str = DEFAULT_TOKENIZER, ca
         "dtype": "uint16",
     }
     # The metadata is written last: its presence says the token file is complete.
-    _write_atomically(meta_path, lambda f: f.write(json.dumps(meta, indent=1).encode()))
+    write_atomically(meta_path, lambda f: f.write(json.dumps(meta, indent=1).encode()))
     return bin_path
 
 

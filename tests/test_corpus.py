@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from minigpt import corpus
+from minigpt import corpus, files
 from minigpt.corpus import FEMALE_NAMES, MALE_NAMES, builtin_corpus_path, generate_corpus
 
 
@@ -94,7 +94,7 @@ def test_a_truncated_cache_file_is_regenerated(tmp_path):
 
 
 class _DiskFullOs:
-    """`os` for the corpus module whose files fail half way through a write, like a full disk."""
+    """`os` for minigpt.files whose files fail half way through a write, like a full disk."""
 
     def __getattr__(self, name):
         return getattr(os, name)
@@ -119,7 +119,7 @@ class _DiskFullOs:
 
 
 def test_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus, "os", _DiskFullOs())
+    monkeypatch.setattr(files, "os", _DiskFullOs())  # the corpus is written by minigpt.files
     with pytest.raises(OSError, match="No space left"):
         builtin_corpus_path(10_000, cache_dir=tmp_path)
     assert list(tmp_path.iterdir()) == []  # neither the final file nor the temp file

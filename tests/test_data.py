@@ -70,7 +70,7 @@ def test_crash_while_caching_leaves_no_partial_token_file(tmp_path, monkeypatch)
     def dies(*args):
         raise KeyboardInterrupt  # killed after writing the temp file, before the rename
 
-    monkeypatch.setattr("minigpt.data.os.replace", dies)
+    monkeypatch.setattr("minigpt.files.os.replace", dies)
     with pytest.raises(KeyboardInterrupt):
         tokenize_to_cache(tmp_path / "t.txt", cache=tmp_path)
     monkeypatch.undo()

@@ -179,6 +179,9 @@ def test_bf16_pure_keeps_everything_in_bf16_and_master_weights_in_fp32(markov_da
         (["--precision", "fp32", "--dtype", "float16"], "disagree"),
         (["--resume"], "need --out"),
         (["--master-weights"], "bf16-pure"),
+        (["--lr", "0"], "--lr must be positive"),
+        (["--grad-clip", "-1"], "--grad-clip must be 0"),
+        (["--warmup-steps", "500", "--steps", "100"], "--warmup-steps must be between 0 and --steps (100)"),
     ],
 )
 def test_bad_train_flags_are_clear_errors(flags, message, capsys):
@@ -193,3 +196,12 @@ def test_unknown_choices_are_rejected_by_the_parser(flags, capsys):
         main(["train", *flags])
     assert exit_info.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_schedule_and_clip_flags_reach_the_config():
+    from minigpt.cli import build_parser, train_config_from_args
+
+    args = build_parser().parse_args(["train", "--warmup-steps", "3", "--grad-clip", "0.5", "--lr", "3e-4"])
+    cfg = train_config_from_args(args)
+    assert (cfg.warmup, cfg.grad_clip, cfg.lr) == (3, 0.5, 3e-4)
+    assert lr_at(0, cfg) == pytest.approx(1 / 3)  # first step of a 3-step linear warmup
