@@ -1,8 +1,9 @@
 """4. Gradient checkpointing: time and saved activations of full, sqrt and selective against none, and theory.
 
 Time: minigpt.train.train_step (the step train() runs), the four modes taking turns step by step on the
-same batch, so that a change of load on a shared machine hits every mode alike; each mode's time ratio is
-the median over steps of its time over none's time in the same turn.
+same batch, so that a change of load on a shared machine hits every mode alike, and the order within a turn
+rotating, so that no mode always runs right after the same other one; each mode's time ratio is the median
+over turns of its time over none's time in the same turn.
 Saved activations: minigpt.memory.measure(). Theory: minigpt.plan.relative_step_time (a FLOP model)
 and minigpt.memory.estimate().
 
@@ -40,7 +41,7 @@ from minigpt.train import TrainConfig, build_step_state, train_step
 MAX_TIME = {"full": 1.40, "selective": 1.10}  # step time over no checkpointing
 MAX_ACTIVATIONS = 0.75  # "a clear memory saving": at least a quarter fewer saved bytes than none
 SIZES = {
-    False: dict(preset="10m", batch=8, ctx=256, precision="fp32", warmup=2, steps=10),
+    False: dict(preset="10m", batch=8, ctx=256, precision="fp32", warmup=2, steps=16),
     True: dict(preset="tiny-deep", batch=2, ctx=32, precision="fp32", warmup=1, steps=2),
     "cuda": dict(preset="125m", batch=32, ctx=1024, precision="bf16", warmup=3, steps=15),
 }
@@ -59,7 +60,9 @@ def interleaved_step_times(size: dict, data: TokenData, device: torch.device) ->
     gen = torch.Generator().manual_seed(0)
     for turn in range(size["warmup"] + size["steps"]):
         x, y = data.get_batch("train", size["batch"], size["ctx"], gen)
-        for mode, state in states.items():
+        shift = turn % len(CHECKPOINTING_MODES)  # who goes first rotates: on a CPU, the step before matters
+        for mode in CHECKPOINTING_MODES[shift:] + CHECKPOINTING_MODES[:shift]:
+            state = states[mode]
             start = clock(device)
             train_step(state, [(x, y)], device, size["precision"])
             if turn >= size["warmup"]:
@@ -133,9 +136,9 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
         [
             f"Preset {size['preset']}, {size['precision']}, batch {size['batch']}, ctx {size['ctx']}. "
             f"Time: {size['steps']} optimizer steps per mode after {size['warmup']} warm-up ones, the "
-            "modes taking turns step by step on the same batch; ms/step is each mode's median, the time "
-            "ratio the median over turns of its step time over none's in the same turn (spread: of those "
-            "ratios). Theory: time from the FLOP model of "
+            "modes taking turns step by step on the same batch, in a rotating order; ms/step is each mode's "
+            "median, the time ratio the median over turns of its step time over none's in the same turn "
+            "(spread: of those ratios). Theory: time from the FLOP model of "
             "`minigpt.plan.relative_step_time` (full and sqrt recompute each block's forward once; selective "
             "only elementwise work, assumed a fixed share), activations from `minigpt.memory.estimate()`.",
             table(
