@@ -1,12 +1,17 @@
 """Every lecture demo runs (at quick sizes), prints its one-line conclusion and saves its figures."""
 
+import math
+import re
+
 import pytest
 import torch
 
 from minigpt.demo import DEMO_CHOICES, DEMOS, run_demo
+from minigpt.model import PRESETS
 from minigpt.precision import smallest_update_that_survives
 
 FIGURES = {
+    "train": ["train_loss.png"],
     "formats": ["formats_range.png", "formats_lost_update.png"],
     "memory": ["memory_breakdown.png", "memory_vs_batch.png"],
     "autocast": ["autocast_loss.png", "autocast_memory.png"],
@@ -53,5 +58,15 @@ def test_formats_conclusion_states_the_package_threshold(tmp_path, capsys):
 
 
 def test_unknown_demo_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="choose one of: formats"):
+    with pytest.raises(ValueError, match="choose one of: train, formats"):
         run_demo("fp4", tmp_path)
+
+
+def test_train_demo_shows_the_loss_and_a_sample(tmp_path, capsys):
+    run_demo("train", tmp_path, quick=True)
+    printed = capsys.readouterr().out
+    assert "Sample after 6 steps:" in printed
+    conclusion = [line for line in printed.splitlines() if line.startswith("Conclusion: ")][0]
+    first = float(re.search(r"fell from ([\d.]+) ", conclusion).group(1))
+    # an untrained model guesses: its first loss is near ln(vocab) (the seeded init is close to uniform)
+    assert first == pytest.approx(math.log(PRESETS["tiny"].vocab_size), abs=0.5)
