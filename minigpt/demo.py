@@ -7,12 +7,12 @@ shows. On the CPU each takes well under a minute; `quick=True` shrinks the sizes
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -58,7 +58,7 @@ CPU = torch.device("cpu")
 MIB = 2**20
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Scale:
     """How big a demo's runs are: a preset, a micro-batch, a context length and training steps."""
 
@@ -83,7 +83,7 @@ def _low_precision_training_scale(quick: bool) -> Scale:
         return s
     print(f"\n(this CPU has no bf16 instructions and emulates bf16 and fp16 about 15x slower than fp32: the "
           f"training runs below use the tiny preset instead of {s.preset})")
-    return Scale("tiny", s.batch, s.ctx, s.steps, s.speed_steps)
+    return dataclasses.replace(s, preset="tiny")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -157,7 +157,8 @@ def train_demo(out: Path, quick: bool = False) -> list[Path]:
     """The 10m GPT trains on the built-in stories: the loss falls, tokens/s, and what it writes after."""
     s = Scale("tiny", 2, 32, 6, 2) if quick else Scale("10m", 8, 64, 80, 4)
     run = _train(s, quick, lr=4e-3, sample_tokens=40, eval_every=s.steps // 2)
-    losses, summary = run.losses, run.summary()
+    losses, summary, vocab = run.losses, run.summary(), run.model.cfg.vocab_size
+    guessing = math.log(vocab)  # the loss of a uniform guess over the vocabulary
     every = max(1, s.steps // 8)
     rows = [[r["step"], f"{r['loss']:.3f}", f"{r['tokens_per_s']:,.0f}"] for r in run.history[::every]]
     _show(f"{s.preset} ({run.model.num_params():,} parameters), batch {s.batch} x ctx {s.ctx}, fp32", rows,
@@ -168,16 +169,16 @@ def train_demo(out: Path, quick: bool = False) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6, 3.4))
     ax.plot(range(1, len(losses) + 1), losses, label="train")
     ax.plot(*zip(*run.val_history), "o-", label="val")
-    ax.axhline(math.log(run.model.cfg.vocab_size), color="gray", linestyle="--", label="ln(vocab): guessing")
+    ax.axhline(guessing, color="gray", linestyle="--", label="ln(vocab): guessing")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss, nats per token")
     ax.set_title(f"{s.preset} on the built-in stories")
     ax.legend()
     figures = [_save(fig, out, "train_loss.png")]
     _conclude(
-        f"in {s.steps} steps the loss fell from {losses[0]:.2f} (ln {run.model.cfg.vocab_size} = "
-        f"{math.log(run.model.cfg.vocab_size):.2f} is guessing) to {losses[-1]:.2f}, val "
-        f"{summary['final_val_loss']:.2f}, at {summary['tokens_per_s']:,.0f} tokens/s on this CPU."
+        f"in {s.steps} steps the loss fell from {losses[0]:.2f} (ln {vocab} = {guessing:.2f} is guessing) "
+        f"to {losses[-1]:.2f}, val {summary['final_val_loss']:.2f}, "
+        f"at {summary['tokens_per_s']:,.0f} tokens/s on this CPU."
     )
     return figures
 
@@ -595,7 +596,7 @@ def checkpointing(out: Path, quick: bool = False) -> list[Path]:
     """Each checkpointing mode: the activations it keeps and the time it costs, measured and predicted."""
     s = _scale(quick)
     if quick:
-        s = Scale("tiny-deep", s.batch, s.ctx, s.steps, s.speed_steps)
+        s = dataclasses.replace(s, preset="tiny-deep")
     cfg = get_config(s.preset)
     segments = [f"{r.start}-{r.stop - 1}" for r in sqrt_segments(cfg.n_layer)]
     print(
