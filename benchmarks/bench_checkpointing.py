@@ -67,7 +67,6 @@ def interleaved_step_times(size: dict, data: TokenData, device: torch.device) ->
             train_step(state, [(x, y)], device, size["precision"])
             if turn >= size["warmup"]:
                 times[mode].append(clock(device) - start)
-    print({m: [f"{t:.3f}" for t in ts] for m, ts in times.items()}, file=sys.stderr, flush=True)
     return times
 
 

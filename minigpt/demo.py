@@ -521,7 +521,7 @@ def accumulation(out: Path, quick: bool = False) -> list[Path]:
     for i in range(effective):  # padded sequences: the loss must count tokens, not average micro-batches
         y[i, ctx - (i * ctx) // (2 * effective) :] = IGNORE_INDEX
 
-    def window_grads(micro: int) -> tuple[float, torch.Tensor]:
+    def window_grads(micro: int) -> tuple[torch.Tensor, torch.Tensor]:
         model.zero_grad(set_to_none=True)
         loss = forward_backward(model, list(zip(x.split(micro), y.split(micro))), CPU, "fp32")
         return loss, torch.cat([p.grad.flatten() for p in model.parameters()])

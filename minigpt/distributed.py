@@ -59,10 +59,14 @@ def wrap(model: nn.Module, device: torch.device) -> nn.Module:
     return nn.parallel.DistributedDataParallel(model, device_ids=ids)
 
 
-def sum_across_processes(value: float) -> float:
-    """Sum a number over all processes (itself when there is only one)."""
+def sum_across_processes(value: float | torch.Tensor) -> float | torch.Tensor:
+    """Sum a number, or a tensor on this process's device, over all processes (itself when there is only one)."""
     if not dist.is_initialized():
         return value
+    if isinstance(value, torch.Tensor):
+        total = value.clone()
+        dist.all_reduce(total)  # queued like any other op: no wait for the GPU
+        return total
     t = torch.tensor([float(value)], dtype=torch.float64)
     if dist.get_backend() == "nccl":
         t = t.cuda()

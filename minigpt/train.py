@@ -147,18 +147,19 @@ def forward_backward(
     device: torch.device,
     precision: str,
     scaler: torch.amp.GradScaler | None = None,
-) -> float:
+) -> torch.Tensor:
     """Accumulate the gradients of one window; return the window's mean loss per target token.
 
     Each micro-batch's summed loss is divided by the number of counted targets in the whole window
     (across all processes under DDP), not averaged per micro-batch: a mean of per-micro-batch means
-    over-weights the tokens of short (padded) micro-batches.
+    over-weights the tokens of short (padded) micro-batches. The loss comes back as a 0-dim tensor on
+    `device`: float(loss) reads it, and on a GPU that waits until the queued work is done.
     """
     n_tokens = sum(int((y != IGNORE_INDEX).sum()) for _, y in micro_batches)
     n_tokens, world = dist_utils.sum_across_processes(n_tokens), dist_utils.world_size()
     if n_tokens == 0:
         raise ValueError("every target in this window is IGNORE_INDEX: nothing to learn from")
-    loss_sum = 0.0
+    summed_losses = []
     for i, (x, y) in enumerate(micro_batches):
         is_last = i == len(micro_batches) - 1
         # Under DDP, skip the gradient all-reduce on every micro-batch but the last. no_sync must be
@@ -170,8 +171,9 @@ def forward_backward(
             # DDP averages over processes, so multiply back by the world size to get a global sum.
             loss = summed * world / n_tokens
             (scaler.scale(loss) if scaler is not None else loss).backward()
-        loss_sum += summed.item()
-    return dist_utils.sum_across_processes(loss_sum) / n_tokens
+        # Kept on the device: summed.item() here would make the CPU wait for the GPU every micro-batch.
+        summed_losses.append(summed.detach())
+    return dist_utils.sum_across_processes(torch.stack(summed_losses).sum()) / n_tokens
 
 
 @dataclass
@@ -207,7 +209,8 @@ def build_step_state(model_cfg: ModelConfig, cfg: TrainConfig, device: torch.dev
 def optimizer_step(state: StepState, grad_clip: float) -> tuple[float, float, float | None, bool]:
     """Unscale (fp16), clip, step AdamW, advance the schedule unless the step was skipped, zero the grads.
 
-    Returns (grad norm before clipping, lr used, loss scale used or None, whether the step was skipped).
+    Returns (grad norm before clipping as a 0-dim tensor on the device, lr used, loss scale used or None,
+    whether the step was skipped).
     """
     optimizer, scaler = state.optimizer, state.scaler
     if state.master:
@@ -215,7 +218,7 @@ def optimizer_step(state: StepState, grad_clip: float) -> tuple[float, float, fl
     if scaler is not None:
         scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
     clip = grad_clip if grad_clip > 0 else float("inf")
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(state.train_params, clip))
+    grad_norm = torch.nn.utils.clip_grad_norm_(state.train_params, clip)
     lr = state.scheduler.get_last_lr()[0]
     if scaler is not None:
         scale = scaler.get_scale()
@@ -243,7 +246,9 @@ def train_step(
     """
     loss = forward_backward(module or state.model, micro_batches, device, precision, state.scaler)
     grad_norm, lr, scale, skipped = optimizer_step(state, grad_clip)
-    return {"loss": loss, "lr": lr, "grad_norm": grad_norm, "scale": scale, "skipped": skipped}
+    # Read loss and grad norm only now, with the whole step queued: each read waits for the GPU to catch up,
+    # and a wait in mid-step leaves the GPU idle while the CPU queues the rest (fp16's scaler still waits).
+    return {"loss": loss.item(), "lr": lr, "grad_norm": grad_norm.item(), "scale": scale, "skipped": skipped}
 
 
 @dataclass

@@ -6,7 +6,7 @@ import torch
 
 from minigpt.cli import main
 from minigpt.model import GPT, IGNORE_INDEX, ModelConfig, get_config
-from minigpt.train import TrainConfig, forward_backward, lr_at, train
+from minigpt.train import TrainConfig, build_step_state, forward_backward, lr_at, train, train_step
 
 CPU = torch.device("cpu")
 
@@ -60,11 +60,36 @@ def test_mean_of_micro_batch_means_fails_the_parity_check(tiny_cfg):
 def test_window_loss_is_mean_over_whole_window_not_last_micro_batch(tiny_cfg):
     model = GPT(tiny_cfg)
     x, y = window_with_padding(tiny_cfg)
-    loss = forward_backward(model, list(zip(x.split(4), y.split(4))), CPU, "fp32")
+    loss = forward_backward(model, list(zip(x.split(4), y.split(4))), CPU, "fp32").item()
     _, expected = model(x, y)  # the mean over every counted target of the window
     assert loss == pytest.approx(expected.item(), rel=1e-5)
     _, last = model(x[-4:], y[-4:])
     assert loss != pytest.approx(last.item(), rel=1e-3)
+
+
+def test_train_step_reads_loss_and_grad_norm_only_after_the_optimizer_step(tiny_cfg, monkeypatch):
+    # On a GPU, reading a tensor's value (.item(), float()) makes the CPU wait for the queued work; a read
+    # in mid-step leaves the GPU idle while the CPU queues the rest. So train_step reads once, at the end.
+    state = build_step_state(tiny_cfg, TrainConfig(preset="tiny", batch=2, accum=4, ctx=16, device="cpu"), CPU)
+    x, y = torch.randint(0, 64, (8, 16)), torch.randint(0, 64, (8, 16))
+    with torch.no_grad():
+        _, window_loss = state.model(x, y)
+    events = []
+
+    def spy(name: str, original):
+        def read(self, *args):
+            events.append(name)
+            return original(self, *args)
+
+        return read
+
+    for name in ("item", "__float__"):
+        monkeypatch.setattr(torch.Tensor, name, spy(name, getattr(torch.Tensor, name)))
+    state.optimizer.register_step_pre_hook(lambda *_: events.append("optimizer.step"))
+    record = train_step(state, list(zip(x.split(2), y.split(2))), CPU, "fp32")
+    assert events[0] == "optimizer.step", f"a value was read before the optimizer step: {events}"
+    assert isinstance(record["loss"], float) and isinstance(record["grad_norm"], float)
+    assert record["loss"] == pytest.approx(window_loss.item(), rel=1e-5)  # the 4 micro-batches' window loss
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.2])
