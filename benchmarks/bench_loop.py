@@ -142,8 +142,8 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
                "instructions and emulates bf16 matmuls about 15x slower than fp32)" if shrunk else "")
             + ". minigpt: `minigpt.train.train()` itself, "
             "timed between its on_step "
-            "calls (forward_backward with token-count normalization and `loss.item()`, grad-norm clipping, "
-            "AdamW, LR schedule, zero_grad, the step record). Hand-written: forward, backward, "
+            "calls (forward_backward with token-count normalization, grad-norm clipping, AdamW, LR schedule, "
+            "zero_grad, reading the loss and grad norm, the step record). Hand-written: forward, backward, "
             "`torch.optim.AdamW.step()`, `zero_grad()`. Ratio > 1 means minigpt was faster.",
             table(rows, headers),
         ]

@@ -2,13 +2,17 @@
 
 FLOPs per token = 3 x the forward FLOPs of minigpt.plan.forward_flops_per_token (backward = 2 forwards):
 6 N for the weight matrices (the tied output head included) plus the causal attention scores and
-mixing, 3 x 2 x 2 x C x ctx/2 per layer. The peak is the best median of square matmuls in the same dtype.
+mixing, 3 x 2 x 2 x C x ctx/2 per layer. The peak: square matmuls in the same dtype, at the size that was
+fastest up front. One such matmul is timed after every training step, so that step and peak are measured
+under the same load (on a shared machine, load drifts by tens of percent within minutes); MFU is the
+median over steps of each step's FLOP/s over the matmul FLOP/s measured right after it.
 
     python -m benchmarks.bench_mfu [--quick] [--device cpu]
 """
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -19,6 +23,7 @@ from benchmarks.benchlib import (
     Check,
     Section,
     bf16_is_emulated,
+    clock,
     main_for,
     matmul_peak,
     median_spread,
@@ -41,8 +46,8 @@ SIZES = {
         runs=(("30m", 8), ("125m", 4)),
         precisions=("fp32", "bf16"),
         ctx=256,
-        warmup=1,
-        steps=4,
+        warmup=2,
+        steps=8,
         peak_sizes=(1024, 2048, 4096),
         peak_repeats=5,
     ),
@@ -77,6 +82,21 @@ def matmul_dtype(precision: str) -> torch.dtype:
     return autocast_dtype(precision) or param_dtype(precision)
 
 
+def steps_and_peaks(cfg: TrainConfig, data: TokenData, warmup: int, steps: int, n: int) -> tuple[list, list]:
+    """(seconds of each timed train() step, matmul FLOP/s of one n x n matmul timed right after it)."""
+    device, dtype = torch.device(cfg.device), matmul_dtype(cfg.precision)
+    a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
+    peaks: list[float] = []
+
+    def time_one_matmul() -> None:
+        t0 = clock(device)
+        a @ b
+        peaks.append(2 * n**3 / (clock(device) - t0))
+
+    times = timed_train_steps(cfg, data, warmup, steps, between=time_one_matmul)
+    return times, peaks[warmup : warmup + steps]
+
+
 def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = None) -> Section:
     t_start, size = time.perf_counter(), size_for(SIZES, device, quick)
     data = data or token_data(quick)
@@ -103,10 +123,12 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
     for preset, batch in size["runs"]:
         for precision in size["precisions"]:
             cfg = TrainConfig(preset=preset, precision=precision, batch=batch, ctx=ctx, device=str(device))
-            med, spread = median_spread(timed_train_steps(cfg, data, size["warmup"], size["steps"]))
+            times, step_peaks = steps_and_peaks(cfg, data, size["warmup"], size["steps"], peaks[precision]["size"])
+            med, spread = median_spread(times)
             tokens_per_s = batch * ctx / med
             achieved = tokens_per_s * flops_per_token(preset, ctx)
-            mfu = achieved / peaks[precision]["flops"]
+            mfu = statistics.median(batch * ctx / t * flops_per_token(preset, ctx) / pk
+                                    for t, pk in zip(times, step_peaks))  # fmt: skip
             judged = device.type == "cpu" and precision == "fp32"
             verdict = ("PASS" if mfu >= TARGET else "FAIL") if judged else "no target"
             rows.append(
@@ -118,6 +140,7 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
                     f"{tokens_per_s:,.0f}",
                     f"{spread:.1f}",
                     f"{achieved / 1e9:,.1f}",
+                    f"{statistics.median(step_peaks) / 1e9:,.1f}",
                     f"{100 * mfu:.1f}",
                     verdict,
                 ]
@@ -135,10 +158,12 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
 
     body = "\n\n".join(
         [
-            skipped + "Matmul peak of this machine (square n x n matmuls, best size's median):",
+            skipped + "Matmul peak of this machine up front (square n x n matmuls, best size's median); the "
+            "size n is the one timed again after every training step:",
             table(peak_rows, ["precision", "matmul dtype", "peak GFLOP/s", "spread %", "n"]),
-            f"Training at ctx {ctx} ({size['warmup']} warm-up step, median of {size['steps']} timed steps of "
-            "`minigpt.train.train()`):",
+            f"Training at ctx {ctx} ({size['warmup']} warm-up steps, median of {size['steps']} timed steps of "
+            "`minigpt.train.train()`, each followed by one n x n matmul; MFU = median over steps of the step's "
+            "FLOP/s over that matmul's):",
             table(
                 rows,
                 [
@@ -149,6 +174,7 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
                     "tokens/s",
                     "spread %",
                     "achieved GFLOP/s",
+                    "peak between steps GFLOP/s",
                     "MFU %",
                     f">= {TARGET:.0%} (CPU fp32)",
                 ],

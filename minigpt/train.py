@@ -206,7 +206,7 @@ def build_step_state(model_cfg: ModelConfig, cfg: TrainConfig, device: torch.dev
     return StepState(model, optimizer, scheduler, scaler, master)
 
 
-def optimizer_step(state: StepState, grad_clip: float) -> tuple[float, float, float | None, bool]:
+def optimizer_step(state: StepState, grad_clip: float) -> tuple[torch.Tensor, float, float | None, bool]:
     """Unscale (fp16), clip, step AdamW, advance the schedule unless the step was skipped, zero the grads.
 
     Returns (grad norm before clipping as a 0-dim tensor on the device, lr used, loss scale used or None,
