@@ -23,13 +23,14 @@ from benchmarks.benchlib import (
     Check,
     Section,
     bf16_is_emulated,
-    clock,
     main_for,
     matmul_peak,
+    matmul_seconds,
     median_spread,
     pyplot,
     save_figure,
     size_for,
+    square_operands,
     table,
     timed_train_steps,
     token_data,
@@ -84,16 +85,9 @@ def matmul_dtype(precision: str) -> torch.dtype:
 
 def steps_and_peaks(cfg: TrainConfig, data: TokenData, warmup: int, steps: int, n: int) -> tuple[list, list]:
     """(seconds of each timed train() step, matmul FLOP/s of one n x n matmul timed right after it)."""
-    device, dtype = torch.device(cfg.device), matmul_dtype(cfg.precision)
-    a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
+    a, b = square_operands(n, matmul_dtype(cfg.precision), torch.device(cfg.device))
     peaks: list[float] = []
-
-    def time_one_matmul() -> None:
-        t0 = clock(device)
-        a @ b
-        peaks.append(2 * n**3 / (clock(device) - t0))
-
-    times = timed_train_steps(cfg, data, warmup, steps, between=time_one_matmul)
+    times = timed_train_steps(cfg, data, warmup, steps, between=lambda: peaks.append(2 * n**3 / matmul_seconds(a, b)))
     return times, peaks[warmup : warmup + steps]
 
 
@@ -127,8 +121,8 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
             med, spread = median_spread(times)
             tokens_per_s = batch * ctx / med
             achieved = tokens_per_s * flops_per_token(preset, ctx)
-            mfu = statistics.median(batch * ctx / t * flops_per_token(preset, ctx) / pk
-                                    for t, pk in zip(times, step_peaks))  # fmt: skip
+            step_flops = [batch * ctx * flops_per_token(preset, ctx) / t for t in times]
+            mfu = statistics.median(f / peak for f, peak in zip(step_flops, step_peaks))
             judged = device.type == "cpu" and precision == "fp32"
             verdict = ("PASS" if mfu >= TARGET else "FAIL") if judged else "no target"
             rows.append(

@@ -137,6 +137,18 @@ def timed_train_steps(
     return times[warmup : warmup + steps]
 
 
+def square_operands(n: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two random n x n matrices in `dtype` on `device`, to time a matmul with."""
+    return torch.randn(n, n, device=device).to(dtype), torch.randn(n, n, device=device).to(dtype)
+
+
+def matmul_seconds(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Wall seconds of one a @ b, the device's queue drained before and after."""
+    t0 = clock(a.device)
+    a @ b
+    return clock(a.device) - t0
+
+
 def matmul_peak(dtype: torch.dtype, device: torch.device, sizes: tuple[int, ...], repeats: int) -> dict:
     """This machine's measured matmul FLOP/s in `dtype`: square n x n matmuls, the best size's median.
 
@@ -144,16 +156,10 @@ def matmul_peak(dtype: torch.dtype, device: torch.device, sizes: tuple[int, ...]
     """
     best = {"flops": 0.0, "spread": 0.0, "size": 0}
     for n in sizes:
-        a = torch.randn(n, n, device=device).to(dtype)
-        b = torch.randn(n, n, device=device).to(dtype)
+        a, b = square_operands(n, dtype, device)
         for _ in range(2):  # warm-up: kernel selection, caches, clocks
             a @ b
-        runs = []
-        for _ in range(repeats):
-            t0 = clock(device)
-            a @ b
-            runs.append(clock(device) - t0)
-        med, spread = median_spread(runs)
+        med, spread = median_spread([matmul_seconds(a, b) for _ in range(repeats)])
         if 2 * n**3 / med > best["flops"]:
             best = {"flops": 2 * n**3 / med, "spread": spread, "size": n}
     return best
