@@ -8,7 +8,7 @@ TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lab lint badges bench slides clean
+.PHONY: setup demo test lab lint badges bench slides chapters clean
 
 setup: $(STAMP)
 
@@ -38,6 +38,11 @@ slides: setup
 test: setup
 	OMP_NUM_THREADS=1 $(PY) -m pytest tests/ -q -p no:cacheprovider
 	OMP_NUM_THREADS=1 $(PY) -m pytest --nbval chapters/ solutions/ -q -p no:cacheprovider
+
+# Chapters are written as MyST markdown (chapters/NN_name.md); this runs each one in a fresh kernel and stores
+# the outputs in its .ipynb. Edit the .md, never the .ipynb's cells: tests/test_chapters.py checks they agree.
+chapters: setup
+	$(PY) scripts/make_chapters.py
 
 lab: setup
 	$(VENV)/bin/jupyter lab chapters/

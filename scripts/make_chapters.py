@@ -1,0 +1,79 @@
+"""Execute the chapters from their text sources: `make chapters`.
+
+Each chapter is authored as MyST markdown (chapters/NN_name.md, paired by jupytext with the .ipynb that
+stores the outputs). For every chapter this script copies the text's cells into the notebook (jupytext
+--update keeps the stored outputs of unchanged cells), runs it top to bottom in a fresh kernel with one
+torch thread, and writes the executed notebook back, printing each chapter's wall time.
+
+    python scripts/make_chapters.py                 every chapter
+    python scripts/make_chapters.py 03 06           chapters whose file name starts with 03 or 06
+    python scripts/make_chapters.py --check         only check that every pair is in sync (no execution)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import jupytext
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = ROOT / "chapters"
+TEXT_FORMAT = "md:myst"
+TIMEOUT_S = 900  # per cell: the longest chapter cell takes about a minute on a 2-core CPU
+
+
+def pairs() -> list[tuple[Path, Path]]:
+    """(text source, notebook) of every chapter, in chapter order."""
+    return [(md, md.with_suffix(".ipynb")) for md in sorted(CHAPTERS.glob("[0-9][0-9]_*.md"))]
+
+
+def out_of_sync(source: Path, notebook: Path) -> str | None:
+    """Why the notebook's cells differ from its text source, or None when they agree."""
+    if not notebook.exists():
+        return f"{notebook.name} is missing: run `make chapters` to build it from {source.name}"
+    as_text = jupytext.writes(jupytext.read(notebook), fmt=TEXT_FORMAT)
+    strip = lambda text: [line for line in text.splitlines() if "jupytext_version" not in line]  # noqa: E731
+    if strip(as_text) != strip(source.read_text(encoding="utf-8")):
+        return (f"{notebook.name} and {source.name} differ: edit the .md, then run "
+                f"`jupytext --to ipynb --update chapters/{source.name}` (or `make chapters`)")
+    return None
+
+
+def execute(source: Path, notebook: Path) -> float:
+    """Update the notebook's cells from the text, run it in a fresh kernel, save it; return seconds taken."""
+    nb = jupytext.read(source)
+    if notebook.exists():  # keep the notebook-level metadata (kernelspec, widgets) the .md does not hold
+        old = nbformat.read(notebook, as_version=4)
+        nb.metadata = {**old.metadata, **nb.metadata}
+    start = time.perf_counter()
+    NotebookClient(nb, timeout=TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(CHAPTERS)}},
+                   record_timing=True).execute()
+    seconds = time.perf_counter() - start
+    nbformat.write(nb, notebook)
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("chapters", nargs="*", help="chapter number prefixes (default: all)")
+    parser.add_argument("--check", action="store_true", help="only check that each .md and .ipynb agree")
+    args = parser.parse_args(argv)
+    chosen = [p for p in pairs() if not args.chapters or p[0].name.startswith(tuple(args.chapters))]
+    if args.check:
+        problems = [why for why in (out_of_sync(*p) for p in chosen) if why]
+        print("\n".join(problems) or f"{len(chosen)} chapters: text and notebook agree")
+        return 1 if problems else 0
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # the kernel inherits it: the same threads every pass
+    for source, notebook in chosen:
+        print(f"{notebook.name}: {execute(source, notebook):.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""Chapters are authored as text: every chapters/NN_name.ipynb has a MyST markdown twin that holds its cells."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+make_chapters = pytest.importorskip("make_chapters", reason="needs jupytext (pip install -e '.[dev]')")
+
+
+def test_every_notebook_has_a_text_source():
+    notebooks = {p.stem for p in (ROOT / "chapters").glob("*.ipynb")}
+    sources = {md.stem for md, _ in make_chapters.pairs()}
+    assert notebooks and notebooks == sources
+
+
+@pytest.mark.parametrize("source, notebook", make_chapters.pairs(), ids=lambda p: p.stem)
+def test_text_source_and_notebook_agree(source, notebook):
+    assert make_chapters.out_of_sync(source, notebook) is None
+
+
+def test_an_edit_to_the_text_alone_is_caught(tmp_path):
+    source, notebook = make_chapters.pairs()[0]
+    edited = tmp_path / source.name
+    edited.write_text(source.read_text(encoding="utf-8").replace("# Chapter 1", "# Chapter One", 1), encoding="utf-8")
+    assert "differ" in make_chapters.out_of_sync(edited, notebook)
