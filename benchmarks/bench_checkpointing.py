@@ -31,7 +31,7 @@ from benchmarks.benchlib import (
     table,
     token_data,
 )
-from minigpt.checkpointing import CHECKPOINTING_MODES
+from minigpt.recompute import CHECKPOINTING_MODES
 from minigpt.data import TokenData
 from minigpt.memory import estimate, measure
 from minigpt.model import get_config

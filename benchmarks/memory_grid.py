@@ -16,7 +16,7 @@ import time
 import torch
 from tabulate import tabulate
 
-from minigpt.checkpointing import CHECKPOINTING_MODES
+from minigpt.recompute import CHECKPOINTING_MODES
 from minigpt.memory import estimate, measure
 from minigpt.model import COURSE_PRESETS, get_config
 from minigpt.precision import PRECISIONS

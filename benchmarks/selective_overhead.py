@@ -26,7 +26,7 @@ import torch
 from tabulate import tabulate
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
-import minigpt.checkpointing
+import minigpt.recompute
 from minigpt.model import GPT, get_config
 
 MODES = ("none", "selective", "save-all", "full")
@@ -44,7 +44,7 @@ def forward_backward_seconds(model: GPT, mode: str, x: torch.Tensor, y: torch.Te
     model.zero_grad(set_to_none=True)
     model.checkpointing = "selective" if mode == "save-all" else mode
     policy = (
-        mock.patch.object(minigpt.checkpointing, "selective_context_fn", lambda: SAVE_ALL)
+        mock.patch.object(minigpt.recompute, "selective_context_fn", lambda: SAVE_ALL)
         if mode == "save-all"
         else contextlib.nullcontext()
     )

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
-from minigpt.checkpointing import sqrt_segments as package_sqrt_segments
+from minigpt.recompute import sqrt_segments as package_sqrt_segments
 from minigpt.model import GPT, get_config
 
 
@@ -55,7 +55,7 @@ def sqrt_checkpointed_forward(
 ) -> torch.Tensor:
     """Exercise 6.3: checkpoint segments of blocks, not single blocks: keep only each segment's input.
 
-    Split the blocks with sqrt_segments (minigpt.checkpointing.sqrt_segments, or yours from 6.2) and run each
+    Split the blocks with sqrt_segments (minigpt.recompute.sqrt_segments, or yours from 6.2) and run each
     segment as ONE checkpointed function (a small function that loops over the segment's blocks), with
     use_reentrant=False.
     """

@@ -9,7 +9,7 @@ import sys
 
 from tabulate import tabulate
 
-from minigpt.checkpoint import CheckpointError
+from minigpt.run_state import CheckpointError
 
 PRECISION_CHOICES = ("fp32", "bf16", "fp16", "bf16-pure")
 DTYPE_CHOICES = ("float32", "bfloat16", "float16")
@@ -102,7 +102,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def add_train_flags(p: argparse.ArgumentParser) -> None:
-    from minigpt.checkpointing import CHECKPOINTING_MODES
+    from minigpt.recompute import CHECKPOINTING_MODES
     from minigpt.model import PRESETS
 
     p.add_argument("--preset", default="10m", choices=list(PRESETS))
@@ -160,7 +160,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from minigpt.demo import run_demo
+    from minigpt.demos import run_demo
 
     return run_demo(args.name, Path(args.out), quick=args.quick)
 
@@ -175,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("formats", help="the floating-point formats table")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_formats)
-    from minigpt.checkpointing import CHECKPOINTING_MODES
+    from minigpt.recompute import CHECKPOINTING_MODES
     from minigpt.model import PRESETS
     from minigpt.plan import HARDWARE
 
@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train a model")
     add_train_flags(p)
     p.set_defaults(func=cmd_train)
-    from minigpt.demo import DEMO_CHOICES
+    from minigpt.demos import DEMO_CHOICES
 
     p = sub.add_parser("demo", help="lecture demos: a few tables, a one-line conclusion, PNG figures")
     p.add_argument("name", nargs="?", default="all", choices=DEMO_CHOICES)

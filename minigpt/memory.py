@@ -34,7 +34,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from minigpt.checkpointing import CHECKPOINTING_MODES, sqrt_segments
+from minigpt.recompute import CHECKPOINTING_MODES, sqrt_segments
 from minigpt.model import GPT, ModelConfig, count_params
 from minigpt.precision import (
     autocast_context,
@@ -225,7 +225,7 @@ def _mask_bytes(value_bytes: int, device: str) -> int:
 
 
 def _selective_rows(cfg: ModelConfig, ctx: int, w: _Widths, device: str) -> list[tuple[str, int, int]]:
-    """What checkpointing.py's selective policy keeps per block: the outputs of matmuls and attention."""
+    """What recompute.py's selective policy keeps per block: the outputs of matmuls and attention."""
     C, H, nh, a = cfg.n_embd, cfg.mlp_hidden, cfg.n_head, w.compute
     rows = [("block input (kept by checkpoint)", w.residual * C, 0), ("qkv matmul output", 3 * a * C, 0)]
     if cfg.dropout > 0 and device != "cuda":  # math-path attention: two bmm outputs, in fp32

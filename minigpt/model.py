@@ -164,7 +164,7 @@ class GPT(nn.Module):
         cos, sin = rope_tables(cfg.ctx, cfg.head_dim, cfg.rope_base)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
-        # How blocks are run in training: "none", "full", "sqrt" or "selective" (see minigpt.checkpointing).
+        # How blocks are run in training: "none", "full", "sqrt" or "selective" (see minigpt.recompute).
         self.checkpointing = "none"
         self.reset_parameters(seed)
 
@@ -198,7 +198,7 @@ class GPT(nn.Module):
         divides by the number of target tokens in the whole window. Targets equal to IGNORE_INDEX
         (-100) do not count.
         """
-        from minigpt.checkpointing import run_blocks  # here to keep the model readable on its own
+        from minigpt.recompute import run_blocks  # here to keep the model readable on its own
 
         B, T = idx.shape
         if T > self.cfg.ctx:

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 
 from minigpt import memory
-from minigpt.checkpointing import CHECKPOINTING_MODES
+from minigpt.recompute import CHECKPOINTING_MODES
 from minigpt.model import PRESETS, ModelConfig, count_params
 from minigpt.precision import normalize_precision, static_bytes_per_param
 

@@ -27,8 +27,8 @@ import torch
 import torch.nn as nn
 
 from minigpt import distributed as dist_utils
-from minigpt.checkpoint import load_checkpoint, save_checkpoint
-from minigpt.checkpointing import CHECKPOINTING_MODES
+from minigpt.run_state import load_checkpoint, save_checkpoint
+from minigpt.recompute import CHECKPOINTING_MODES
 from minigpt.data import TokenData, load_tokens
 from minigpt.device import pick_device
 from minigpt.model import GPT, IGNORE_INDEX, PRESETS, ModelConfig, get_config

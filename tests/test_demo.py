@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from minigpt.demo import DEMO_CHOICES, DEMOS, run_demo
+from minigpt.demos import DEMO_CHOICES, DEMOS, run_demo
 from minigpt.model import PRESETS
 from minigpt.precision import smallest_update_that_survives
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from minigpt import memory
-from minigpt.checkpointing import CHECKPOINTING_MODES, sqrt_segments
+from minigpt.recompute import CHECKPOINTING_MODES, sqrt_segments
 from minigpt.model import count_params, get_config
 from minigpt.precision import PRECISIONS, static_bytes_per_param
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from minigpt import memory
-from minigpt.checkpointing import CHECKPOINTING_MODES
+from minigpt.recompute import CHECKPOINTING_MODES
 from minigpt.model import PRESETS
 from minigpt.plan import (
     BOOK_TABLE,

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from minigpt.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from minigpt.run_state import CheckpointError, load_checkpoint, save_checkpoint
 
 
 def test_round_trip(tmp_path):

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from tabulate import tabulate
 
-from minigpt.checkpointing import CHECKPOINTING_MODES, sqrt_segments
+from minigpt.recompute import CHECKPOINTING_MODES, sqrt_segments
 from minigpt.data import TokenData, load_tokens
 from minigpt.device import device_info
 from minigpt.memory import (
