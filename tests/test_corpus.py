@@ -4,7 +4,8 @@ import re
 import pytest
 
 from minigpt import corpus, files
-from minigpt.corpus import FEMALE_NAMES, MALE_NAMES, builtin_corpus_path, generate_corpus
+from minigpt.corpus import builtin_corpus_path, generate_corpus
+from minigpt.corpus.words import FEMALE_NAMES, MALE_NAMES
 
 
 def test_same_seed_gives_same_text_and_other_seed_other_text():

@@ -1,5 +1,6 @@
 """Every lecture demo runs (at quick sizes), prints its one-line conclusion and saves its figures."""
 
+import inspect
 import math
 import re
 
@@ -36,6 +37,14 @@ def one_torch_thread():
 def test_every_demo_the_issue_names_exists():
     assert set(DEMOS) == set(FIGURES)
     assert DEMO_CHOICES[-1] == "all"
+
+
+@pytest.mark.parametrize("name", list(FIGURES))
+def test_each_demo_function_is_named_after_its_command(name):
+    demo = DEMOS[name]
+    assert demo.__name__ == f"demo_{name}"
+    assert list(inspect.signature(demo).parameters) == ["out", "quick"]
+    assert demo.__doc__  # its first line is printed under the demo's banner
 
 
 @pytest.mark.parametrize("name", list(FIGURES))
