@@ -1,4 +1,5 @@
-"""The autograder, a pytest plugin that exercises/conftest.py switches on: grades your answers in exercises/ (or the reference answers with --solutions).
+"""The autograder: a pytest plugin, switched on by exercises/conftest.py, that grades your answers in exercises/
+(or the reference answers with --solutions).
 
     pytest exercises/                      grade every exercise
     pytest exercises/ -k 4.2               grade one exercise (its id; or -m "exercise(id='4.2')")
