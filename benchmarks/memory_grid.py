@@ -16,10 +16,10 @@ import time
 import torch
 from tabulate import tabulate
 
-from minigpt.recompute import CHECKPOINTING_MODES
 from minigpt.memory import estimate, measure
 from minigpt.model import COURSE_PRESETS, get_config
 from minigpt.precision import PRECISIONS
+from minigpt.recompute import CHECKPOINTING_MODES
 
 ACTIVATION_TOLERANCE = 0.05
 TRANSIENTS = ("logits", "activation_grads", "weight_copies", "optimizer_step")

@@ -1,13 +1,17 @@
 import functools
+import importlib
 import json
 
 import pytest
 import torch
 
-from minigpt import memory
-from minigpt.recompute import CHECKPOINTING_MODES, sqrt_segments
+from minigpt import memory, train
 from minigpt.model import count_params, get_config
 from minigpt.precision import PRECISIONS, static_bytes_per_param
+from minigpt.recompute import CHECKPOINTING_MODES, sqrt_segments
+
+# The module estimate() reads its constants from (memory.estimate is the function it re-exports)
+estimate_module = importlib.import_module("minigpt.memory.estimate")
 
 # The module's target: predicted activations within 5% of measured. (With torch 2.13's CPU kernels they
 # agree to the byte; 5% leaves room for another torch version saving a tensor more or less.)
@@ -113,7 +117,7 @@ def test_cuda_peak_counts_cublas_workspaces_and_fp32_attention_needs_no_transpos
     """Two CUDA-only rules measured on an H100 (benchmarks/cuda/RESULTS.md), checked here without a GPU."""
     cfg, batch, ctx = get_config("tiny"), 2, 64
     with_workspace = memory.estimate(cfg, batch, ctx, "bf16", device="cuda")
-    monkeypatch.setattr(memory, "CUDA_LIBRARY_WORKSPACE", 0)
+    monkeypatch.setattr(estimate_module, "CUDA_LIBRARY_WORKSPACE", 0)
     without = memory.estimate(cfg, batch, ctx, "bf16", device="cuda")
     # every moment of the step holds cuBLAS's two workspaces (the loop's thread and autograd's)
     assert {k: v - without.moments[k] for k, v in with_workspace.moments.items()} == {
@@ -171,6 +175,33 @@ def test_predicted_peak_and_transients_match_the_measured_step(precision, mode, 
         pred_value, meas_value = getattr(pred, name), getattr(meas, name)
         assert pred_value == meas_value == 0 or rel_error(pred_value, meas_value) <= PEAK_TOLERANCE, name
     assert pred.peak <= pred.upper_bound  # no moment holds more than "every term at once"
+
+
+def test_measure_meters_the_step_train_itself_runs(monkeypatch):
+    """measure() runs train.forward_backward and train.optimizer_step (with the TrainConfig's grad_clip),
+    not a copy of them: what train's step holds during AdamW's step shows in the measured numbers."""
+    plain = measured("tiny", "fp32", "none", *SHAPES["tiny"])
+    calls, real_forward_backward, real_optimizer_step = [], train.forward_backward, train.optimizer_step
+    scratch_bytes = 2**20
+
+    def forward_backward(*args, **kwargs):
+        calls.append("forward_backward")
+        return real_forward_backward(*args, **kwargs)
+
+    def optimizer_step(state, grad_clip):
+        calls.append(("optimizer_step", grad_clip))
+        scratch = torch.empty(scratch_bytes, dtype=torch.uint8)  # held across AdamW's step
+        result = real_optimizer_step(state, grad_clip)
+        del scratch
+        return result
+
+    monkeypatch.setattr(train, "forward_backward", forward_backward)
+    monkeypatch.setattr(train, "optimizer_step", optimizer_step)
+    with_scratch = memory.measure(get_config("tiny"), *SHAPES["tiny"])
+    assert calls == ["forward_backward", ("optimizer_step", train.TrainConfig().grad_clip)]
+    assert with_scratch.optimizer_step - plain.optimizer_step == scratch_bytes
+    assert with_scratch.moments["optimizer"] - plain.moments["optimizer"] == scratch_bytes
+    assert (with_scratch.activations, with_scratch.gradients) == (plain.activations, plain.gradients)
 
 
 def test_weight_copies_are_an_autocast_cost_only():
