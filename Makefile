@@ -8,7 +8,7 @@ TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lab lint badges bench slides chapters clean
+.PHONY: setup demo test lab lint format badges bench slides chapters clean
 
 setup: $(STAMP)
 
@@ -30,12 +30,12 @@ bench: setup
 slides: setup
 	$(VENV)/bin/jupyter nbconvert --to slides chapters/*.ipynb --output-dir slides
 
-# Every test, one torch thread per process (2-core CI: two threads fight the kernel and pytest for cores):
+# Every test, after the style gate (make lint), one torch thread per process (2-core CI: two threads fight the kernel and pytest for cores):
 # 1. tests/: the package, the course machinery, and the grader (tests/test_grading.py grades solutions/,
 #    the untouched stubs and the classic wrong answers with `pytest exercises/`, and runs the exercise
 #    notebooks until their first check cell stops them);
 # 2. nbval: every chapter and every solution notebook re-run and compared with its stored outputs.
-test: setup
+test: setup lint
 	OMP_NUM_THREADS=1 $(PY) -m pytest tests/ -q -p no:cacheprovider
 	OMP_NUM_THREADS=1 $(PY) -m pytest --nbval chapters/ solutions/ -q -p no:cacheprovider
 
@@ -47,8 +47,16 @@ chapters: setup
 lab: setup
 	$(VENV)/bin/jupyter lab chapters/
 
+# The style gate make test runs first: lint rules and formatting (ruff is pinned in pyproject.toml, so the
+# same version formats here and in CI). `make format` rewrites what the check would reject.
+LINTED := minigpt tests scripts benchmarks exercises solutions
 lint: setup
-	$(VENV)/bin/ruff check minigpt tests scripts benchmarks
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/ruff format --check $(LINTED)
+
+format: setup
+	$(VENV)/bin/ruff check --fix $(LINTED)
+	$(VENV)/bin/ruff format $(LINTED)
 
 # Point every notebook's Colab badge and setup cell at another GitHub repo: make badges REPO=owner/name
 badges: setup

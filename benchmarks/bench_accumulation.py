@@ -121,5 +121,6 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
 def main(argv: list[str] | None = None) -> int:
     return main_for(run, __doc__, argv)
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -31,11 +31,11 @@ from benchmarks.benchlib import (
     table,
     token_data,
 )
-from minigpt.recompute import CHECKPOINTING_MODES
 from minigpt.data import TokenData
 from minigpt.memory import estimate, measure
 from minigpt.model import get_config
 from minigpt.plan import relative_step_time
+from minigpt.recompute import CHECKPOINTING_MODES
 from minigpt.train import TrainConfig, build_step_state, train_step
 
 MAX_TIME = {"full": 1.40, "selective": 1.10}  # step time over no checkpointing
@@ -53,8 +53,14 @@ def interleaved_step_times(size: dict, data: TokenData, device: torch.device) ->
     model_cfg = get_config(size["preset"])
     states = {}
     for mode in CHECKPOINTING_MODES:
-        cfg = TrainConfig(preset=size["preset"], precision=size["precision"], batch=size["batch"],
-                          ctx=size["ctx"], checkpointing=mode, device=str(device))  # fmt: skip
+        cfg = TrainConfig(
+            preset=size["preset"],
+            precision=size["precision"],
+            batch=size["batch"],
+            ctx=size["ctx"],
+            checkpointing=mode,
+            device=str(device),
+        )
         states[mode] = build_step_state(model_cfg, cfg, device)
     times: dict[str, list[float]] = {mode: [] for mode in CHECKPOINTING_MODES}
     gen = torch.Generator().manual_seed(0)
@@ -76,12 +82,8 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
     cfg_model = get_config(size["preset"])
     times = interleaved_step_times(size, data, device)
     args = (cfg_model, size["batch"], size["ctx"], size["precision"])
-    saved = {
-        mode: measure(*args, checkpointing=mode, device=device).activations for mode in CHECKPOINTING_MODES
-    }
-    predicted = {
-        mode: estimate(*args, checkpointing=mode, device=device).activations for mode in CHECKPOINTING_MODES
-    }
+    saved = {mode: measure(*args, checkpointing=mode, device=device).activations for mode in CHECKPOINTING_MODES}
+    predicted = {mode: estimate(*args, checkpointing=mode, device=device).activations for mode in CHECKPOINTING_MODES}
 
     rows, checks, plot = [], [], []
     for mode in CHECKPOINTING_MODES:
@@ -175,6 +177,7 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
 
 def main(argv: list[str] | None = None) -> int:
     return main_for(run, __doc__, argv)
+
 
 if __name__ == "__main__":
     sys.exit(main())

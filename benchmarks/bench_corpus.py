@@ -40,10 +40,12 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
     size = SIZES[quick]
     result = train(TrainConfig(**size, device=str(device), sample_tokens=40, verbose=False, progress=False), data=data)
     val = result.val_history[-1][1]
-    rows = [["tokens (train / val)", f"{len(data.train):,} / {len(data.val):,}"],
-            ["unigram entropy (nats)", f"{entropy:.3f}"],
-            [f"{size['preset']} val loss after {size['steps']} steps (nats)", f"{val:.3f}"],
-            ["gap (nats)", f"{entropy - val:.3f}"]]  # fmt: skip
+    rows = [
+        ["tokens (train / val)", f"{len(data.train):,} / {len(data.val):,}"],
+        ["unigram entropy (nats)", f"{entropy:.3f}"],
+        [f"{size['preset']} val loss after {size['steps']} steps (nats)", f"{val:.3f}"],
+        ["gap (nats)", f"{entropy - val:.3f}"],
+    ]
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot([r["step"] for r in result.history], result.losses, label="train loss")
@@ -54,8 +56,9 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
     figure = save_figure(fig, out, "corpus_loss.png")
     body = table(rows, ["what", "value"]) + f"\n\nSample after training:\n\n```\n{result.sample.strip()}\n```"
     checks = [
-        Check("val loss at least 1 nat below the unigram entropy", f"{entropy - val:.2f} nats below",
-              entropy - val >= 1),
+        Check(
+            "val loss at least 1 nat below the unigram entropy", f"{entropy - val:.2f} nats below", entropy - val >= 1
+        ),
         Check("val loss above 0.5 nats (not near-deterministic text)", f"{val:.2f}", val > 0.5),
     ]
     return Section("0. The built-in corpus", body, checks, [figure], time.perf_counter() - start)
@@ -63,6 +66,7 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
 
 def main(argv: list[str] | None = None) -> int:
     return main_for(run, __doc__, argv)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -138,8 +138,12 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
         [
             f"batch {size['batch']} x ctx {size['ctx']} = {size['batch'] * size['ctx']} tokens per step; "
             f"{size['warmup']} warm-up pairs, then {size['steps']} timed pairs"
-            + (f" ({', '.join(shrunk)}: batch 1, 1 warm-up pair, 4 timed pairs, because this CPU has no bf16 "
-               "instructions and emulates bf16 matmuls about 15x slower than fp32)" if shrunk else "")
+            + (
+                f" ({', '.join(shrunk)}: batch 1, 1 warm-up pair, 4 timed pairs, because this CPU has no bf16 "
+                "instructions and emulates bf16 matmuls about 15x slower than fp32)"
+                if shrunk
+                else ""
+            )
             + ". minigpt: `minigpt.train.train()` itself, "
             "timed between its on_step "
             "calls (forward_backward with token-count normalization, grad-norm clipping, AdamW, LR schedule, "
@@ -166,6 +170,7 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
 
 def main(argv: list[str] | None = None) -> int:
     return main_for(run, __doc__, argv)
+
 
 if __name__ == "__main__":
     sys.exit(main())

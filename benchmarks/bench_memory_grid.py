@@ -65,8 +65,7 @@ def run(quick: bool, out: Path, device: torch.device, data=None) -> Section:
     tolerance = f"{100 * memory_grid.ACTIVATION_TOLERANCE:.0f}%"
     checks = [
         Check(
-            f"predicted activations within {tolerance} of measured, static terms exact, for every "
-            "configuration",
+            f"predicted activations within {tolerance} of measured, static terms exact, for every configuration",
             summary[0] if summary else f"memory_grid exit status {status}",
             status == 0,
         )
@@ -99,6 +98,7 @@ def run(quick: bool, out: Path, device: torch.device, data=None) -> Section:
 
 def main(argv: list[str] | None = None) -> int:
     return main_for(run, __doc__, argv)
+
 
 if __name__ == "__main__":
     sys.exit(main())

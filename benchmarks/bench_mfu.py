@@ -97,8 +97,10 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
     skipped = ""
     if bf16_is_emulated(device) and not quick:  # an 8192^2 bf16 matmul alone would take minutes here
         size = {**size, "precisions": tuple(p for p in size["precisions"] if p != "bf16")}
-        skipped = ("bf16 skipped: this CPU has no bf16 instructions, so bf16 matmuls are emulated (about 15x "
-                   "slower than fp32) and have no peak worth dividing by. ")
+        skipped = (
+            "bf16 skipped: this CPU has no bf16 instructions, so bf16 matmuls are emulated (about 15x "
+            "slower than fp32) and have no peak worth dividing by. "
+        )
     # A GPU reaches its peak only on larger matmuls than a CPU does.
     sizes = (4096, 8192) if device.type == "cuda" and not quick else size["peak_sizes"]
     peaks = {p: matmul_peak(matmul_dtype(p), device, sizes, size["peak_repeats"]) for p in size["precisions"]}
@@ -188,6 +190,7 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
 
 def main(argv: list[str] | None = None) -> int:
     return main_for(run, __doc__, argv)
+
 
 if __name__ == "__main__":
     sys.exit(main())

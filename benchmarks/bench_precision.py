@@ -88,8 +88,7 @@ def caveat(device: torch.device) -> str:
     """What CPU timings of the precision modes do and do not say, for this CPU."""
     cpu = device_info(torch.device("cpu"))
     bf16 = (
-        f"this CPU has bf16 instructions ({cpu.note.removeprefix('bf16 hardware: ')}), so bf16 matmuls "
-        "run natively"
+        f"this CPU has bf16 instructions ({cpu.note.removeprefix('bf16 hardware: ')}), so bf16 matmuls run natively"
         if cpu.bf16_is_fast
         else "this CPU has no bf16 instructions, so bf16 is emulated through fp32 and is slower than fp32"
     )
@@ -110,9 +109,7 @@ def shape(device: torch.device, quick: bool) -> dict:
 def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = None) -> Section:
     t_start = time.perf_counter()
     data = data or token_data(quick)
-    devices = [device] + (
-        [torch.device("cuda")] if device.type == "cpu" and torch.cuda.is_available() else []
-    )
+    devices = [device] + ([torch.device("cuda")] if device.type == "cpu" and torch.cuda.is_available() else [])
     rows, results = [], {}
     for dev in devices:
         size = shape(dev, quick)
@@ -151,9 +148,12 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
 
     body = "\n\n".join(
         [
-            "; ".join(f"{d.type}: preset {z['preset']}, batch {z['batch']}, ctx {z['ctx']}, time = median of "
-                      f"{z['steps']} steps of `minigpt.train.train()` after {z['warmup']} warm-up"
-                      for d in devices for z in [shape(d, quick)])
+            "; ".join(
+                f"{d.type}: preset {z['preset']}, batch {z['batch']}, ctx {z['ctx']}, time = median of "
+                f"{z['steps']} steps of `minigpt.train.train()` after {z['warmup']} warm-up"
+                for d in devices
+                for z in [shape(d, quick)]
+            )
             + "; memory: "
             "`minigpt.memory.measure()` (static = weights + grads + AdamW moments; activations = what "
             "autograd keeps for backward; peak = "
@@ -185,6 +185,7 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
 
 def main(argv: list[str] | None = None) -> int:
     return main_for(run, __doc__, argv)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -60,9 +60,7 @@ class Section:
         if self.checks:
             parts.append(
                 "Targets:\n\n"
-                + "\n".join(
-                    f"- **{'PASS' if c.passed else 'FAIL'}** {c.target}: {c.measured}" for c in self.checks
-                )
+                + "\n".join(f"- **{'PASS' if c.passed else 'FAIL'}** {c.target}: {c.measured}" for c in self.checks)
             )
         parts += [f"![{name}]({name})" for name in self.figures]
         parts.append(f"_{self.seconds:.0f} s_")
@@ -110,8 +108,7 @@ def timed_train_steps(
     """
     if warmup < 1 or steps < 1:
         raise ValueError(
-            f"need warmup >= 1 (step 1 includes building the model) and steps >= 1, "
-            f"got warmup={warmup}, steps={steps}"
+            f"need warmup >= 1 (step 1 includes building the model) and steps >= 1, got warmup={warmup}, steps={steps}"
         )
     cfg = replace(
         cfg,

@@ -23,8 +23,22 @@ from minigpt.recompute import CHECKPOINTING_MODES
 
 ACTIVATION_TOLERANCE = 0.05
 TRANSIENTS = ("logits", "activation_grads", "weight_copies", "optimizer_step")
-HEADERS = ["preset", "precision", "ckpt", "act pred MiB", "act meas MiB", "act err %", "static MiB", "static",
-           "peak pred MiB", "peak meas MiB", "peak err %", "peak at", "transients |err| %", "s"]
+HEADERS = [
+    "preset",
+    "precision",
+    "ckpt",
+    "act pred MiB",
+    "act meas MiB",
+    "act err %",
+    "static MiB",
+    "static",
+    "peak pred MiB",
+    "peak meas MiB",
+    "peak err %",
+    "peak at",
+    "transients |err| %",
+    "s",
+]
 
 
 def error(predicted: int, measured: int) -> float:
@@ -43,10 +57,21 @@ def compare(preset: str, precision: str, mode: str, args) -> tuple[list, dict[st
     static_ok = all(getattr(pred, n) == getattr(meas, n) for n in ("weights", "gradients", "optimizer"))
     ok = static_ok and abs(errors["activations"]) <= 100 * ACTIVATION_TOLERANCE
     mib = [f"{n / 2**20:.2f}" for n in (pred.activations, meas.activations)]
-    row = [preset, precision, mode, *mib, f"{errors['activations']:+.2f}", f"{meas.static / 2**20:.1f}",
-           "exact" if static_ok else "DIFFERS", f"{pred.peak / 2**20:.1f}", f"{meas.peak / 2**20:.1f}",
-           f"{errors['peak']:+.2f}", max(pred.moments, key=pred.moments.get),
-           f"{max(abs(errors[name]) for name in TRANSIENTS):.2f}", f"{time.perf_counter() - t0:.1f}"]
+    row = [
+        preset,
+        precision,
+        mode,
+        *mib,
+        f"{errors['activations']:+.2f}",
+        f"{meas.static / 2**20:.1f}",
+        "exact" if static_ok else "DIFFERS",
+        f"{pred.peak / 2**20:.1f}",
+        f"{meas.peak / 2**20:.1f}",
+        f"{errors['peak']:+.2f}",
+        max(pred.moments, key=pred.moments.get),
+        f"{max(abs(errors[name]) for name in TRANSIENTS):.2f}",
+        f"{time.perf_counter() - t0:.1f}",
+    ]
     return row, errors, ok
 
 
@@ -73,12 +98,16 @@ def main(argv: list[str] | None = None) -> int:
                 if not ok:
                     failures.append(f"{preset} {precision} {mode}")
     print(tabulate(rows, headers=HEADERS, disable_numparse=True))
-    print(f"\nbatch {args.batch}, ctx {args.ctx}, dropout {args.dropout}, device {args.device}, "
-          f"torch {torch.__version__}: {len(rows)} configurations in {time.perf_counter() - start:.0f} s")
+    print(
+        f"\nbatch {args.batch}, ctx {args.ctx}, dropout {args.dropout}, device {args.device}, "
+        f"torch {torch.__version__}: {len(rows)} configurations in {time.perf_counter() - start:.0f} s"
+    )
     print("worst |error| %: " + ", ".join(f"{name} {err:.2f}" for name, err in worst.items()))
     if failures:
-        print(f"FAILED (activations off by more than {100 * ACTIVATION_TOLERANCE:.0f}% or static not exact): "
-              + "; ".join(failures))
+        print(
+            f"FAILED (activations off by more than {100 * ACTIVATION_TOLERANCE:.0f}% or static not exact): "
+            + "; ".join(failures)
+        )
         return 1
     print(f"OK: every activation total within {100 * ACTIVATION_TOLERANCE:.0f}%, every static term exact")
     return 0

@@ -76,9 +76,7 @@ def results_markdown(
         "runs after warm-up; spread = (max - min) / median of those runs.",
     ]
     if quick:
-        parts.append(
-            "> **QUICK RUN** (tiny sizes): it checks that the benchmarks run; its numbers judge nothing."
-        )
+        parts.append("> **QUICK RUN** (tiny sizes): it checks that the benchmarks run; its numbers judge nothing.")
     if busy:
         parts.append(f"> **Warning:** {busy}.")
     parts.append(table([list(row) for row in header], ["what", "value"]))
@@ -96,9 +94,7 @@ def results_markdown(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the code paths in seconds")
-    parser.add_argument(
-        "--out", type=Path, default=Path(__file__).parent, help="where RESULTS.md and PNGs go"
-    )
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent, help="where RESULTS.md and PNGs go")
     parser.add_argument("--device", default="cpu", help="cpu (the course machine) or cuda")
     parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), help="run only these benchmarks")
     args = parser.parse_args(argv)

@@ -21,8 +21,12 @@ from minigpt.train import TrainConfig, train
 
 
 def autocast_train_step(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-    dtype: torch.dtype = torch.bfloat16, max_norm: float = 1.0,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    dtype: torch.dtype = torch.bfloat16,
+    max_norm: float = 1.0,
 ) -> torch.Tensor:
     """Exercise 3.1: one training step with the forward pass in `dtype` under torch.autocast; return the loss.
 
@@ -39,8 +43,13 @@ def autocast_train_step(
 
 
 def compare_precisions(
-    preset: str = "tiny", precisions: tuple[str, ...] = ("fp32", "bf16", "fp16"), steps: int = 20,
-    batch: int = 8, ctx: int = 64, device: str = "cpu", data: TokenData | None = None,
+    preset: str = "tiny",
+    precisions: tuple[str, ...] = ("fp32", "bf16", "fp16"),
+    steps: int = 20,
+    batch: int = 8,
+    ctx: int = 64,
+    device: str = "cpu",
+    data: TokenData | None = None,
 ) -> list[dict]:
     """Exercise 3.2 (seed exercise 1): the same training run in each precision; compare time, memory and loss.
 

@@ -56,8 +56,13 @@ def accum_for(target_batch: int, micro_batch: int, world_size: int = 1) -> int:
 
 
 def compare_accumulation(
-    effective: int = 16, accums: tuple[int, ...] = (1, 4, 16), preset: str = "tiny", ctx: int = 64,
-    steps: int = 10, device: str = "cpu", data: TokenData | None = None,
+    effective: int = 16,
+    accums: tuple[int, ...] = (1, 4, 16),
+    preset: str = "tiny",
+    ctx: int = 64,
+    steps: int = 10,
+    device: str = "cpu",
+    data: TokenData | None = None,
 ) -> list[dict]:
     """Exercise 5.3 (seed exercise 2): the same effective batch with accum 1, 4, 16; compare time, memory, loss.
 

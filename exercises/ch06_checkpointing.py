@@ -17,8 +17,8 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
-from minigpt.recompute import sqrt_segments as package_sqrt_segments
 from minigpt.model import GPT, get_config
+from minigpt.recompute import sqrt_segments as package_sqrt_segments
 
 
 def checkpointed_forward(blocks: nn.ModuleList, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -59,6 +59,7 @@ def sqrt_checkpointed_forward(
     segment as ONE checkpointed function (a small function that loops over the segment's blocks), with
     use_reentrant=False.
     """
+
     raise NotImplementedError(
         "Exercise 6.3: one checkpoint(...) per segment, around a function that runs that segment's blocks"
         " - see chapters/06_checkpointing.ipynb"
@@ -66,8 +67,13 @@ def sqrt_checkpointed_forward(
 
 
 def checkpointing_tradeoff(
-    preset: str = "30m", batch: int = 2, ctx: int = 64, modes: tuple[str, ...] = ("none", "sqrt", "full"),
-    steps: int = 2, device: str = "cpu", seed: int = 0,
+    preset: str = "30m",
+    batch: int = 2,
+    ctx: int = 64,
+    modes: tuple[str, ...] = ("none", "sqrt", "full"),
+    steps: int = 2,
+    device: str = "cpu",
+    seed: int = 0,
 ) -> list[dict]:
     """Exercise 6.4 (seed exercise 3): memory and time of a training step with and without checkpointing.
 

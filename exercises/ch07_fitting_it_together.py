@@ -30,7 +30,9 @@ def find_max_batch_size(fits: Callable[[int], bool], low: int = 1, high: int = 2
 
 
 def plan_micro_batch(
-    effective_batch: int, budget_bytes: int, predict_peak: Callable[[int, str], int],
+    effective_batch: int,
+    budget_bytes: int,
+    predict_peak: Callable[[int, str], int],
     modes: tuple[str, ...] = ("none", "selective", "full"),
 ) -> dict:
     """Exercise 7.2: a small planner: micro-batch, accumulation and checkpointing for a memory budget.

@@ -1,3 +1,3 @@
-"""Switches on the grader for this folder: the plugin is minigpt/grading.py (`pytest exercises/ --help` lists its options)."""
+"""Switches on the grader for this folder: the plugin is minigpt/grading.py (`pytest exercises/ --help`)."""
 
 from minigpt.grading import *  # noqa: F403 - pytest finds the plugin's hooks and fixtures by name here

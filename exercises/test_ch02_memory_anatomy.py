@@ -11,8 +11,10 @@ from minigpt.model import GPT, PRESETS, ModelConfig, count_params
 from minigpt.precision import static_bytes_per_param
 
 CHAPTER = "ch02_memory_anatomy"
-SMALL = [ModelConfig(n_layer=2, n_head=2, n_embd=32, ctx=16, vocab_size=64),
-         ModelConfig(n_layer=3, n_head=4, n_embd=96, ctx=32, vocab_size=1000)]
+SMALL = [
+    ModelConfig(n_layer=2, n_head=2, n_embd=32, ctx=16, vocab_size=64),
+    ModelConfig(n_layer=3, n_head=4, n_embd=96, ctx=32, vocab_size=1000),
+]
 
 
 @pytest.mark.exercise("2.1", points=2)
@@ -20,8 +22,11 @@ def test_count_parameters_matches_the_model(answers):
     for cfg in SMALL:  # small enough to build
         want = GPT(cfg).num_params()
         got = answers.count_parameters(cfg)
-        hint = " (lm_head is tied to the embedding: count that matrix once)" if got == want + cfg.vocab_size * \
-            cfg.n_embd else ""
+        hint = (
+            " (lm_head is tied to the embedding: count that matrix once)"
+            if got == want + cfg.vocab_size * cfg.n_embd
+            else ""
+        )
         assert got == want, f"count_parameters({cfg}) returned {got:,}, the model has {want:,}{hint}"
     for name, cfg in PRESETS.items():  # checked against the package's formula (tested against GPT())
         assert answers.count_parameters(cfg) == count_params(cfg), f"wrong count for the {name} preset"
@@ -29,16 +34,25 @@ def test_count_parameters_matches_the_model(answers):
 
 @pytest.mark.exercise("2.2", points=2)
 def test_static_bytes_by_regime(answers):
-    regimes = {"fp32": ("fp32", False), "bf16": ("bf16", False), "fp16": ("fp16", False),
-               "bf16-pure": ("bf16-pure", False), "bf16-pure+master": ("bf16-pure", True)}
+    regimes = {
+        "fp32": ("fp32", False),
+        "bf16": ("bf16", False),
+        "fp16": ("fp16", False),
+        "bf16-pure": ("bf16-pure", False),
+        "bf16-pure+master": ("bf16-pure", True),
+    }
     for regime, (precision, master) in regimes.items():
         per_param = static_bytes_per_param(precision, master_weights=master)["total"]
         for n in (1, 10_000_000):
             got = answers.static_bytes(n, regime)
             assert got == per_param * n, (
                 f"static_bytes({n:,}, {regime!r}) returned {got:,}, expected {per_param} bytes per parameter "
-                f"= {per_param * n:,}" + (" (autocast keeps the fp32 weights: it saves activations, not these)"
-                                          if regime in ("bf16", "fp16") else "")
+                f"= {per_param * n:,}"
+                + (
+                    " (autocast keeps the fp32 weights: it saves activations, not these)"
+                    if regime in ("bf16", "fp16")
+                    else ""
+                )
             )
 
 
@@ -50,8 +64,13 @@ def test_static_bytes_rejects_an_unknown_regime(answers):
 
 @pytest.mark.exercise("2.3", points=3)
 def test_activation_bytes_match_the_activation_table(answers):
-    cases = [(SMALL[0], 2, 16), (SMALL[1], 4, 32), (PRESETS["tiny"], 8, 64), (PRESETS["10m"], 8, 256),
-             (PRESETS["30m"], 4, 512)]
+    cases = [
+        (SMALL[0], 2, 16),
+        (SMALL[1], 4, 32),
+        (PRESETS["tiny"], 8, 64),
+        (PRESETS["10m"], 8, 256),
+        (PRESETS["30m"], 4, 512),
+    ]
     for cfg, batch, ctx in cases:
         want = memory.estimate(cfg, batch, ctx, "fp32", "none", device="cpu").activations
         got = answers.activation_bytes(cfg, batch, ctx)

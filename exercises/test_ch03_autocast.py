@@ -70,8 +70,9 @@ def test_weights_stay_fp32_and_take_a_step(answers, small_cfg, monkeypatch):
 @pytest.mark.exercise("3.2", points=3)
 def test_compare_precisions_table(answers, token_data):
     precisions = ("fp32", "bf16", "fp16")
-    rows = answers.compare_precisions(preset="tiny", precisions=precisions, steps=2, batch=2, ctx=16,
-                                      device="cpu", data=token_data)
+    rows = answers.compare_precisions(
+        preset="tiny", precisions=precisions, steps=2, batch=2, ctx=16, device="cpu", data=token_data
+    )
     assert [r["precision"] for r in rows] == list(precisions), "one row per precision, in the order given"
     keys = {"precision", "seconds", "final_loss", "predicted_peak_bytes", "measured_peak_bytes", "skipped_steps"}
     for r in rows:

@@ -56,8 +56,11 @@ def test_clips_the_unscaled_gradients(answers, small_cfg):
     # 5%: fp16 matmuls change the gradients by about 0.1%; clipping then sets the norm exactly.
     assert out["grad_norm"] == pytest.approx(true_norm, rel=0.05), (
         f"grad_norm {out['grad_norm']:.4g} is not the true gradient norm {true_norm:.4g}"
-        + (": it looks scaled - call scaler.unscale_(optimizer) before clip_grad_norm_"
-           if out["grad_norm"] > 100 * true_norm else "")
+        + (
+            ": it looks scaled - call scaler.unscale_(optimizer) before clip_grad_norm_"
+            if out["grad_norm"] > 100 * true_norm
+            else ""
+        )
     )
     assert moved.norm().item() == pytest.approx(true_norm / 10, rel=0.05), (
         f"with max_norm={true_norm / 10:.3g} the step moved the weights by {moved.norm().item():.3g}: clip the "
@@ -114,9 +117,11 @@ def _gradscaler_trace(found_infs, init_scale, **kwargs) -> list[tuple[float, int
 def test_update_scale_matches_gradscaler(answers):
     gen = torch.Generator().manual_seed(0)
     patterns = [[False] * 7, [True, True, False, False, False, False], (torch.rand(40, generator=gen) < 0.3).tolist()]
-    settings = [dict(growth_factor=2.0, backoff_factor=0.5, growth_interval=3),
-                dict(growth_factor=4.0, backoff_factor=0.25, growth_interval=1),
-                dict(growth_factor=2.0, backoff_factor=0.5, growth_interval=5)]
+    settings = [
+        dict(growth_factor=2.0, backoff_factor=0.5, growth_interval=3),
+        dict(growth_factor=4.0, backoff_factor=0.25, growth_interval=1),
+        dict(growth_factor=2.0, backoff_factor=0.5, growth_interval=5),
+    ]
     for kwargs in settings:
         for found_infs in patterns:
             want = _gradscaler_trace(found_infs, 1024.0, **kwargs)
@@ -124,7 +129,7 @@ def test_update_scale_matches_gradscaler(answers):
             for i, inf in enumerate(found_infs):
                 scale, tracker = answers.update_scale(scale, tracker, inf, **kwargs)
                 assert (scale, tracker) == want[i], (
-                    f"with {kwargs}, after the steps {['inf' if f else 'ok' for f in found_infs[:i + 1]]} "
+                    f"with {kwargs}, after the steps {['inf' if f else 'ok' for f in found_infs[: i + 1]]} "
                     f"GradScaler has (scale, tracker) = {want[i]}, you have {(scale, tracker)}"
                 )
 
@@ -157,17 +162,18 @@ def test_schedule_does_not_move_on_a_skipped_step(answers):
 
 @pytest.mark.exercise("4.4", points=2)
 def test_overflow_experiment_shows_the_scaler_backing_off(answers, token_data):
-    rows = answers.fp16_overflow_experiment(lr=3e-3, steps=3, init_scale=2.0**32, preset="tiny", batch=2,
-                                            ctx=16, device="cpu", data=token_data)
+    rows = answers.fp16_overflow_experiment(
+        lr=3e-3, steps=3, init_scale=2.0**32, preset="tiny", batch=2, ctx=16, device="cpu", data=token_data
+    )
     assert [r["step"] for r in rows] == [1, 2, 3], "one row per step, numbered from 1"
     # 2**32 times a gradient of 1/32 (the loss is a mean over 32 tokens) is far above fp16's 65504.
     assert [r["scale"] for r in rows] == [2.0**32, 2.0**31, 2.0**30] and all(r["skipped"] for r in rows), (
         f"a scale of 2**32 overflows fp16: each step is skipped and the scale halves; got {rows}"
     )
-    rows = answers.fp16_overflow_experiment(lr=3e-3, steps=2, init_scale=2.0**10, preset="tiny", batch=2,
-                                            ctx=16, device="cpu", data=token_data)
+    rows = answers.fp16_overflow_experiment(
+        lr=3e-3, steps=2, init_scale=2.0**10, preset="tiny", batch=2, ctx=16, device="cpu", data=token_data
+    )
     assert [r["skipped"] for r in rows] == [False, False] and {r["scale"] for r in rows} == {2.0**10}, (
-        f"a scale of 1024 does not overflow: no step is skipped and the scale stays until 2000 clean steps; "
-        f"got {rows}"
+        f"a scale of 1024 does not overflow: no step is skipped and the scale stays until 2000 clean steps; got {rows}"
     )
     assert all(math.isfinite(r["loss"]) for r in rows), "the losses must stay finite: the scaler protects the weights"

@@ -21,7 +21,7 @@ def _window(cfg, n_micro=4, micro=2, padding=None, seed=0):
         tokens = torch.randint(0, cfg.vocab_size, (micro, cfg.ctx + 1), generator=gen)
         x, y = tokens[:, :-1], tokens[:, 1:].clone()
         if padding and padding[i]:
-            y[:, cfg.ctx - padding[i]:] = IGNORE_INDEX
+            y[:, cfg.ctx - padding[i] :] = IGNORE_INDEX
         batches.append((x, y))
     return batches
 
@@ -47,8 +47,10 @@ def _check_against_one_big_batch(answers, cfg, batches):
     if abs(ratio - len(batches)) < 0.05 * len(batches):
         hint = f" - {len(batches)}x: divide each micro-batch's loss before backward (no division by accum?)"
     elif error > 1e-4:
-        hint = (" - with padding, a mean of per-micro-batch means over-weights short micro-batches: divide each "
-                "summed loss by the number of counted targets in the whole window")
+        hint = (
+            " - with padding, a mean of per-micro-batch means over-weights short micro-batches: divide each "
+            "summed loss by the number of counted targets in the whole window"
+        )
     assert error < 1e-4, f"accumulated gradients are {ratio:.3f}x one big batch's (relative error {error:.2e}){hint}"
     assert loss == pytest.approx(big_loss.item(), rel=1e-5), (
         f"returned loss {loss:.5f}, one big batch's mean loss is {big_loss.item():.5f}"
@@ -87,8 +89,9 @@ def test_accum_for(answers):
 
 @pytest.mark.exercise("5.3", points=3)
 def test_compare_accumulation(answers, token_data):
-    rows = answers.compare_accumulation(effective=4, accums=(1, 2, 4), preset="tiny", ctx=16, steps=2,
-                                        device="cpu", data=token_data)
+    rows = answers.compare_accumulation(
+        effective=4, accums=(1, 2, 4), preset="tiny", ctx=16, steps=2, device="cpu", data=token_data
+    )
     assert [r["accum"] for r in rows] == [1, 2, 4], "one row per accum, in the order given"
     for r in rows:
         assert r["micro_batch"] * r["accum"] == 4, f"micro_batch x accum must be the effective batch: {r}"

@@ -81,8 +81,9 @@ def test_sqrt_segments(answers):
         assert [i for s in segments for i in s] == list(range(n)), (
             f"sqrt_segments({n}) = {segments} does not cover 0..{n - 1} in order, each layer once"
         )
-        assert len(segments) == max(1, round(math.sqrt(n))), f"sqrt_segments({n}): {len(segments)} segments, " \
-            f"expected round(sqrt({n})) = {round(math.sqrt(n))}"
+        assert len(segments) == max(1, round(math.sqrt(n))), (
+            f"sqrt_segments({n}): {len(segments)} segments, expected round(sqrt({n})) = {round(math.sqrt(n))}"
+        )
         assert max(sizes) - min(sizes) <= 1, f"sqrt_segments({n}) sizes {sizes} differ by more than one"
     with pytest.raises(ValueError):
         answers.sqrt_segments(0)
@@ -99,8 +100,12 @@ def test_sqrt_checkpointing_keeps_only_segment_inputs(answers, saved_bytes):
     n_seg = round(math.sqrt(NINE_BLOCKS.n_layer))
     assert saved <= n_seg * x_bytes, (
         f"the forward kept {saved:,} bytes; {n_seg} checkpointed segments keep only their {n_seg} inputs "
-        f"= {n_seg * x_bytes:,} bytes" + (" - that is one input per block: checkpoint whole segments"
-                                          if saved == NINE_BLOCKS.n_layer * x_bytes else "")
+        f"= {n_seg * x_bytes:,} bytes"
+        + (
+            " - that is one input per block: checkpoint whole segments"
+            if saved == NINE_BLOCKS.n_layer * x_bytes
+            else ""
+        )
     )
 
 

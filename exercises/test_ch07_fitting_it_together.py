@@ -33,8 +33,10 @@ def test_binary_search_finds_the_largest_batch(answers):
         for threshold in sorted({low, low + 1, (low + high) // 2, high - 1, high, high + 50, 2 * low + 1}):
             got, tried = _search(answers, threshold, low, high)
             want = min(threshold, high) if threshold >= low else 0
-            assert got == want, (f"find_max_batch_size(low={low}, high={high}) returned {got} when every batch "
-                                 f"<= {threshold} fits; expected {want}")
+            assert got == want, (
+                f"find_max_batch_size(low={low}, high={high}) returned {got} when every batch "
+                f"<= {threshold} fits; expected {want}"
+            )
             assert all(low <= b <= high for b in tried), f"tried batches outside [{low}, {high}]: {tried}"
             budget = math.ceil(math.log2(high - low + 1)) + 2  # a binary search, plus the check of `low`
             assert len(tried) <= budget, (
@@ -83,8 +85,10 @@ def test_planner_agrees_with_minigpt_plan(answers):
         reference = plan(preset, hardware, ctx, 128)
         if not (reference.fits and reference.checkpointing == "none"):
             continue  # the package weighs checkpointing modes by time too; compare the plain case only
-        predict = functools.partial(memory.estimate, PRESETS[preset], ctx=ctx, precision=reference.precision,
-                                    device=reference.hardware.kind)
+        predict = functools.partial(
+            memory.estimate, PRESETS[preset], ctx=ctx, precision=reference.precision, device=reference.hardware.kind
+        )
+
         def peak(batch, mode, predict=predict):
             return predict(batch, checkpointing=mode).peak
 
@@ -114,14 +118,18 @@ def test_out_of_memory_means_does_not_fit(answers):
 @pytest.mark.exercise("7.3", points=2)
 def test_other_errors_are_not_swallowed(answers):
     assert answers.step_fits(lambda: None) is True, "a step that runs fits"
-    for error in (RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x32 and 64x32)"),
-                  ValueError("ctx=300 is longer than the model's ctx=256")):
+    for error in (
+        RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x32 and 64x32)"),
+        ValueError("ctx=300 is longer than the model's ctx=256"),
+    ):
 
         def step(error=error):
             raise error
 
         with pytest.raises(type(error)) as raised:
             answers.step_fits(step)
-            pytest.fail(f"step_fits returned for a step that raised {error!r}: a bug is not 'does not fit'; catch "
-                        f"only out-of-memory errors and re-raise the others, or a search would quietly return 0")
+            pytest.fail(
+                f"step_fits returned for a step that raised {error!r}: a bug is not 'does not fit'; catch "
+                f"only out-of-memory errors and re-raise the others, or a search would quietly return 0"
+            )
         assert raised.value is error, f"step_fits should let the step's own error through, got {raised.value!r}"

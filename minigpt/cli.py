@@ -20,10 +20,17 @@ def params_rows() -> list[dict]:
     from minigpt.model import PRESETS, count_params
 
     return [
-        {"name": name, "layers": c.n_layer, "width": c.n_embd, "heads": c.n_head, "ctx": c.ctx,
-         "vocab": c.vocab_size, "parameters": count_params(c)}
+        {
+            "name": name,
+            "layers": c.n_layer,
+            "width": c.n_embd,
+            "heads": c.n_head,
+            "ctx": c.ctx,
+            "vocab": c.vocab_size,
+            "parameters": count_params(c),
+        }
         for name, c in PRESETS.items()
-    ]  # fmt: skip
+    ]
 
 
 def cmd_params(args: argparse.Namespace) -> int:
@@ -63,8 +70,13 @@ def cmd_memory(args: argparse.Namespace) -> int:
     cfg = get_config(args.preset)
     ctx = args.ctx or cfg.ctx
     device = pick_device(args.device)
-    shape = dict(batch=args.batch, ctx=ctx, precision=args.precision, checkpointing=args.checkpointing,
-                 master_weights=args.master_weights)  # fmt: skip
+    shape = dict(
+        batch=args.batch,
+        ctx=ctx,
+        precision=args.precision,
+        checkpointing=args.checkpointing,
+        master_weights=args.master_weights,
+    )
     predicted = memory.estimate(cfg, device=device, **shape)
     measured = memory.measure(cfg, device=device, **shape) if args.measure else None
     if args.json:
@@ -77,8 +89,10 @@ def cmd_memory(args: argparse.Namespace) -> int:
     measured_rows = dict(measured.rows()) if measured is not None else {}
     rows = [(name, mib(b), mib(measured_rows[name]) if name in measured_rows else "") for name, b in predicted.rows()]
     headers = ["MiB", "predicted"] + (["measured"] if measured is not None else [])
-    print(f"{args.preset} ({cfg.n_layer} layers), batch {args.batch} x ctx {ctx}, {args.precision}, "
-          f"checkpointing {args.checkpointing}, on {device}")  # fmt: skip
+    print(
+        f"{args.preset} ({cfg.n_layer} layers), batch {args.batch} x ctx {ctx}, {args.precision}, "
+        f"checkpointing {args.checkpointing}, on {device}"
+    )
     print(tabulate([r[: len(headers)] for r in rows], headers=headers, tablefmt="github", disable_numparse=True))
     return 0
 
@@ -102,8 +116,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def add_train_flags(p: argparse.ArgumentParser) -> None:
-    from minigpt.recompute import CHECKPOINTING_MODES
     from minigpt.model import PRESETS
+    from minigpt.recompute import CHECKPOINTING_MODES
 
     p.add_argument("--preset", default="10m", choices=list(PRESETS))
     p.add_argument("--precision", choices=PRECISION_CHOICES, help="fp32 | bf16 | fp16 | bf16-pure")
@@ -137,13 +151,28 @@ def train_config_from_args(args: argparse.Namespace):
     if args.precision and args.dtype and normalize_precision(args.dtype) != args.precision:
         raise ValueError(f"--precision {args.precision} and --dtype {args.dtype} disagree; give one of them")
     return TrainConfig(
-        preset=args.preset, precision=args.precision or args.dtype or "fp32", master_weights=args.master_weights,
-        batch=args.batch, accum=args.accum, ctx=args.ctx, checkpointing=args.checkpointing,
-        dropout=args.dropout, steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps,
-        grad_clip=args.grad_clip, eval_every=args.eval_every,
-        save_every=args.save_every, seed=args.seed, corpus=args.corpus, tokenizer=args.tokenizer,
-        out=args.out, resume=args.resume, device=args.device, verbose=not args.json,
-    )  # fmt: skip
+        preset=args.preset,
+        precision=args.precision or args.dtype or "fp32",
+        master_weights=args.master_weights,
+        batch=args.batch,
+        accum=args.accum,
+        ctx=args.ctx,
+        checkpointing=args.checkpointing,
+        dropout=args.dropout,
+        steps=args.steps,
+        lr=args.lr,
+        warmup_steps=args.warmup_steps,
+        grad_clip=args.grad_clip,
+        eval_every=args.eval_every,
+        save_every=args.save_every,
+        seed=args.seed,
+        corpus=args.corpus,
+        tokenizer=args.tokenizer,
+        out=args.out,
+        resume=args.resume,
+        device=args.device,
+        verbose=not args.json,
+    )
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -175,9 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("formats", help="the floating-point formats table")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_formats)
-    from minigpt.recompute import CHECKPOINTING_MODES
     from minigpt.model import PRESETS
     from minigpt.plan import HARDWARE
+    from minigpt.recompute import CHECKPOINTING_MODES
 
     p = sub.add_parser("memory", help="memory of one training step: predicted, and measured with --measure")
     p.add_argument("--preset", default="10m", choices=list(PRESETS))

@@ -43,21 +43,30 @@ def pick_device(requested: str | None = None) -> torch.device:
     try:
         device = torch.device(requested.strip().lower())
     except RuntimeError as error:
-        raise ValueError(f"{requested!r} is not a device name ({error}); "
-                         f"use auto or one of: {', '.join(available)}") from None
+        raise ValueError(
+            f"{requested!r} is not a device name ({error}); use auto or one of: {', '.join(available)}"
+        ) from None
     if device.type not in SUPPORTED_DEVICE_TYPES:
-        raise ValueError(f"device type {device.type!r} is not supported by this course; "
-                         f"use auto or one of: {', '.join(available)}")
+        raise ValueError(
+            f"device type {device.type!r} is not supported by this course; use auto or one of: {', '.join(available)}"
+        )
     if device.type == "cuda" and not torch.cuda.is_available():
-        build = "this torch is a CPU-only build" if torch.version.cuda is None and torch.version.hip is None \
+        build = (
+            "this torch is a CPU-only build"
+            if torch.version.cuda is None and torch.version.hip is None
             else "torch finds no GPU (driver?)"
+        )
         raise ValueError(f"device {requested!r} is not available: {build}. Available: {', '.join(available)}")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ValueError(f"device {requested!r} does not exist: this machine has "
-                         f"{torch.cuda.device_count()} GPU(s). Available: {', '.join(available)}")
+        raise ValueError(
+            f"device {requested!r} does not exist: this machine has "
+            f"{torch.cuda.device_count()} GPU(s). Available: {', '.join(available)}"
+        )
     if device.type == "mps" and not _mps_available():
-        raise ValueError(f"device {requested!r} is not available (MPS needs an Apple-silicon Mac and a "
-                         f"torch built with MPS). Available: {', '.join(available)}")
+        raise ValueError(
+            f"device {requested!r} is not available (MPS needs an Apple-silicon Mac and a "
+            f"torch built with MPS). Available: {', '.join(available)}"
+        )
     return device
 
 
@@ -128,8 +137,9 @@ class DeviceInfo:
 
     def describe(self) -> str:
         """One line, e.g. `cuda:0 NVIDIA A100 (sm_80), 40.0 GiB, bf16: yes, fp16 autocast: yes`."""
-        name = self.name + (f" (sm_{self.compute_capability[0]}{self.compute_capability[1]})"
-                            if self.compute_capability else "")
+        name = self.name + (
+            f" (sm_{self.compute_capability[0]}{self.compute_capability[1]})" if self.compute_capability else ""
+        )
         memory = f"{self.total_memory_bytes / 2**30:.1f} GiB" if self.total_memory_bytes else "memory unknown"
         bf16 = ("yes" if self.bf16_is_fast else "yes, emulated (slow)") if self.supports_bf16 else "no"
         fp16 = "yes" if self.supports_fp16_autocast else "no"
@@ -146,9 +156,13 @@ def device_info(device: torch.device | str | None = None) -> DeviceInfo:
         device = torch.device("cuda", index)
         bf16 = _cuda_native_bf16(device)
         return DeviceInfo(
-            type="cuda", device=str(device), name=torch.cuda.get_device_name(device),
+            type="cuda",
+            device=str(device),
+            name=torch.cuda.get_device_name(device),
             total_memory_bytes=torch.cuda.get_device_properties(device).total_memory,
-            supports_bf16=bf16, bf16_is_fast=bf16, supports_fp16_autocast=fp16_ok,
+            supports_bf16=bf16,
+            bf16_is_fast=bf16,
+            supports_fp16_autocast=fp16_ok,
             compute_capability=tuple(torch.cuda.get_device_capability(device)),
             note="ROCm" if torch.version.hip is not None else "",
         )
@@ -156,14 +170,24 @@ def device_info(device: torch.device | str | None = None) -> DeviceInfo:
         # bf16 on MPS depends on the macOS version (14+) and the torch build: ask by running a bf16 matmul.
         bf16 = precision_problem(probe_precision(device, "bf16-pure")) is None
         return DeviceInfo(
-            type="mps", device="mps", name="Apple GPU (MPS)", total_memory_bytes=_system_ram_bytes(),
-            supports_bf16=bf16, bf16_is_fast=bf16, supports_fp16_autocast=fp16_ok,
+            type="mps",
+            device="mps",
+            name="Apple GPU (MPS)",
+            total_memory_bytes=_system_ram_bytes(),
+            supports_bf16=bf16,
+            bf16_is_fast=bf16,
+            supports_fp16_autocast=fp16_ok,
             note="unified memory: shared with the CPU",
         )
     fast = cpu_bf16_hardware()
     return DeviceInfo(
-        type="cpu", device="cpu", name=_cpu_name(), total_memory_bytes=_system_ram_bytes(),
-        supports_bf16=True, bf16_is_fast=bool(fast), supports_fp16_autocast=fp16_ok,
+        type="cpu",
+        device="cpu",
+        name=_cpu_name(),
+        total_memory_bytes=_system_ram_bytes(),
+        supports_bf16=True,
+        bf16_is_fast=bool(fast),
+        supports_fp16_autocast=fp16_ok,
         note=f"bf16 hardware: {', '.join(fast)}" if fast else "no bf16 instructions: bf16 is emulated",
     )
 
@@ -172,8 +196,12 @@ def device_info(device: torch.device | str | None = None) -> DeviceInfo:
 # The environment report
 
 DOCTOR_PACKAGES = {  # row label -> distribution name
-    "tiktoken": "tiktoken", "jupyter (jupyter_core)": "jupyter_core", "nbval": "nbval",
-    "matplotlib": "matplotlib", "numpy": "numpy", "tabulate": "tabulate",
+    "tiktoken": "tiktoken",
+    "jupyter (jupyter_core)": "jupyter_core",
+    "nbval": "nbval",
+    "matplotlib": "matplotlib",
+    "numpy": "numpy",
+    "tabulate": "tabulate",
 }
 
 
@@ -207,8 +235,11 @@ def doctor_rows() -> list[tuple[str, str]]:
     rows += [(label, package_version(dist)) for label, dist in DOCTOR_PACKAGES.items()]
     rows += [
         ("device picked", info.device),
-        ("device name", info.name + (f" (sm_{info.compute_capability[0]}{info.compute_capability[1]})"
-                                     if info.compute_capability else "")),
+        (
+            "device name",
+            info.name
+            + (f" (sm_{info.compute_capability[0]}{info.compute_capability[1]})" if info.compute_capability else ""),
+        ),
         ("device memory", memory + (" (system RAM)" if info.type != "cuda" else "")),
         ("bf16", ("yes" if info.bf16_is_fast else "yes, emulated (slow)") if info.supports_bf16 else "no"),
         ("fp16 autocast", "yes" if info.supports_fp16_autocast else "no"),

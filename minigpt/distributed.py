@@ -82,9 +82,13 @@ def _free_port() -> int:
 
 def _worker(rank: int, world: int, port: int, fn, args: tuple, out_dir: str) -> None:
     os.environ.update(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank), CUDA_VISIBLE_DEVICES="",
-    )  # fmt: skip
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+        CUDA_VISIBLE_DEVICES="",
+    )
     torch.set_num_threads(1)
     result = fn(*args)
     torch.save(result, Path(out_dir) / f"rank{rank}.pt")
@@ -97,6 +101,5 @@ def spawn_on_cpu(fn, args: tuple = (), world: int = 2) -> list:
     torch.save can store.
     """
     with tempfile.TemporaryDirectory() as out_dir:
-        mp.start_processes(_worker, args=(world, _free_port(), fn, args, out_dir), nprocs=world,
-                           start_method="spawn")  # fmt: skip
+        mp.start_processes(_worker, args=(world, _free_port(), fn, args, out_dir), nprocs=world, start_method="spawn")
         return [torch.load(Path(out_dir) / f"rank{r}.pt", weights_only=False) for r in range(world)]

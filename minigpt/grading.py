@@ -47,12 +47,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("exercises", "grading the course exercises")
     group.addoption("--solutions", action="store_true", help="grade the reference answers in solutions/")
     group.addoption("--answers-dir", metavar="DIR", help="grade the chNN_*.py files in DIR (default: exercises/)")
-    group.addoption("--grade-json", metavar="PATH", default="grade.json",
-                    help="where to write the machine-readable grade (default: ./grade.json)")
-    group.addoption("--exercise-timeout", metavar="SECONDS", type=float, default=DEFAULT_TIMEOUT_S,
-                    help=f"seconds each exercise test may run before it fails (default: {DEFAULT_TIMEOUT_S:g})")
-    group.addoption("--tracebacks", action="store_true",
-                    help="show pytest's full tracebacks instead of one message per failed test")
+    group.addoption(
+        "--grade-json",
+        metavar="PATH",
+        default="grade.json",
+        help="where to write the machine-readable grade (default: ./grade.json)",
+    )
+    group.addoption(
+        "--exercise-timeout",
+        metavar="SECONDS",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"seconds each exercise test may run before it fails (default: {DEFAULT_TIMEOUT_S:g})",
+    )
+    group.addoption(
+        "--tracebacks", action="store_true", help="show pytest's full tracebacks instead of one message per failed test"
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -86,7 +96,7 @@ def exercise_of(item: pytest.Item) -> tuple[str, float] | None:
     if mark is None:
         return None
     if len(mark.args) != 1:
-        raise pytest.UsageError(f"{item.nodeid}: write the marker as @pytest.mark.exercise(\"4.2\", points=2)")
+        raise pytest.UsageError(f'{item.nodeid}: write the marker as @pytest.mark.exercise("4.2", points=2)')
     return str(mark.args[0]), float(mark.kwargs.get("points", 1))
 
 
@@ -117,8 +127,10 @@ def load_answers(config: pytest.Config, chapter: str) -> ModuleType:
     if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(path):
         return sys.modules[name]
     if not path.is_file():
-        pytest.fail(f"{path} not found: the answers for {chapter} should be there "
-                    f"(--answers-dir sets the folder)", pytrace=False)
+        pytest.fail(
+            f"{path} not found: the answers for {chapter} should be there (--answers-dir sets the folder)",
+            pytrace=False,
+        )
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     try:
@@ -267,18 +279,23 @@ def describe_failure(exercise: str, error: BaseException, folder: Path) -> tuple
             return "not done", f"Exercise {match[1]} not done yet: {match[2]}"
         return "not done", f"Exercise {exercise} not done yet: {text}"
     if isinstance(error, ExerciseTimeout):
-        return "timeout", (f"Exercise {exercise} timed out after {error.args[0]:g} s: does every pass of your "
-                           f"loop get closer to the end? (--exercise-timeout changes the limit)")
+        return "timeout", (
+            f"Exercise {exercise} timed out after {error.args[0]:g} s: does every pass of your "
+            f"loop get closer to the end? (--exercise-timeout changes the limit)"
+        )
     if isinstance(error, AssertionError):
         return "failed", f"Exercise {exercise} failed: {_short(str(error))}"
     if isinstance(error, pytest.fail.Exception):
         return "failed", f"Exercise {exercise}: {_short(str(error))}"
     where = _learner_frame(error, folder)
     if where:
-        return "failed", (f"Exercise {exercise}: your code raised {type(error).__name__}: "
-                          f"{_short(str(error), 6)}\n  at {where}")
-    return "failed", (f"Exercise {exercise}: {type(error).__name__}: {_short(str(error), 6)} "
-                      f"(raised outside your answer; --tracebacks shows where)")
+        return "failed", (
+            f"Exercise {exercise}: your code raised {type(error).__name__}: {_short(str(error), 6)}\n  at {where}"
+        )
+    return "failed", (
+        f"Exercise {exercise}: {type(error).__name__}: {_short(str(error), 6)} "
+        f"(raised outside your answer; --tracebacks shows where)"
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -290,8 +307,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         return
     exercise, points = found
     results = item.config.stash[RESULTS]
-    entry = results.setdefault(item.nodeid, {"exercise": exercise, "points": points, "status": "not run",
-                                             "message": ""})
+    entry = results.setdefault(
+        item.nodeid, {"exercise": exercise, "points": points, "status": "not run", "message": ""}
+    )
     if report.skipped:
         entry["status"] = "skipped"
     elif report.failed:
@@ -321,8 +339,10 @@ def grade(results: dict) -> dict:
     """Per-exercise points earned and possible, tests passed, and the totals (what grade.json holds)."""
     exercises: dict[str, dict] = {}
     for nodeid, r in results.items():
-        e = exercises.setdefault(r["exercise"], {"earned": 0.0, "possible": 0.0, "tests_passed": 0,
-                                                 "tests": 0, "passed": True, "results": {}})
+        e = exercises.setdefault(
+            r["exercise"],
+            {"earned": 0.0, "possible": 0.0, "tests_passed": 0, "tests": 0, "passed": True, "results": {}},
+        )
         e["possible"] += r["points"]
         e["tests"] += 1
         e["results"][nodeid] = r["status"]
@@ -354,12 +374,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     from tabulate import tabulate
 
     g = grade(results)
-    rows = [[ex, f"{e['earned']:g}/{e['possible']:g}", f"{e['tests_passed']}/{e['tests']}", _status_word(e)]
-            for ex, e in g["exercises"].items()]
+    rows = [
+        [ex, f"{e['earned']:g}/{e['possible']:g}", f"{e['tests_passed']}/{e['tests']}", _status_word(e)]
+        for ex, e in g["exercises"].items()
+    ]
     rows.append(["total", f"{g['earned']:g}/{g['possible']:g}", "", ""])
     terminalreporter.section(f"score: {answers_dir(config).name}/")
-    terminalreporter.write_line(tabulate(rows, headers=["exercise", "points", "tests passed", "status"],
-                                         tablefmt="simple"))
+    terminalreporter.write_line(
+        tabulate(rows, headers=["exercise", "points", "tests passed", "status"], tablefmt="simple")
+    )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
@@ -369,6 +392,5 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     path = Path(session.config.getoption("--grade-json"))
     folder = answers_dir(session.config)
     root = session.config.rootpath
-    data = {"answers": str(folder.relative_to(root)) if folder.is_relative_to(root) else str(folder),
-            **grade(results)}
+    data = {"answers": str(folder.relative_to(root)) if folder.is_relative_to(root) else str(folder), **grade(results)}
     path.write_text(json.dumps(data, indent=1) + "\n")

@@ -25,9 +25,9 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 
 from minigpt import memory
-from minigpt.recompute import CHECKPOINTING_MODES
 from minigpt.model import PRESETS, ModelConfig, count_params
 from minigpt.precision import normalize_precision, static_bytes_per_param
+from minigpt.recompute import CHECKPOINTING_MODES
 
 GB = 10**9  # marketing gigabyte: how GPU and RAM sizes are sold
 GIB = 2**30  # how this module reports every size
@@ -77,12 +77,26 @@ HARDWARE: dict[str, Hardware] = {
         Hardware("a100-80", "NVIDIA A100 80GB", 80 * GB, True, True, "cuda", "Ampere sm_80"),
         Hardware("h100", "NVIDIA H100 80GB", 80 * GB, True, True, "cuda", "Hopper sm_90"),
         # Unified memory: 16 GB of RAM by default (pass memory_bytes= your Mac's RAM).
-        Hardware("mps", "Apple M-series GPU", 16 * GB, True, True, "mps",
-                 "unified memory shared with the CPU, the GPU may use about 2/3 of it; bf16 needs macOS 14+",
-                 usable_fraction=MPS_USABLE_FRACTION),
+        Hardware(
+            "mps",
+            "Apple M-series GPU",
+            16 * GB,
+            True,
+            True,
+            "mps",
+            "unified memory shared with the CPU, the GPU may use about 2/3 of it; bf16 needs macOS 14+",
+            usable_fraction=MPS_USABLE_FRACTION,
+        ),
         # 16 GB of RAM by default (pass memory_bytes= the RAM that is free).
-        Hardware("cpu", "CPU", 16 * GB, False, False, "cpu",
-                 "a typical CPU without bf16 instructions; detect_hardware() describes this machine's"),
+        Hardware(
+            "cpu",
+            "CPU",
+            16 * GB,
+            False,
+            False,
+            "cpu",
+            "a typical CPU without bf16 instructions; detect_hardware() describes this machine's",
+        ),
     ]
 }
 
@@ -95,9 +109,14 @@ def detect_hardware(device: str | torch.device | None = None) -> Hardware:
     fraction = MPS_USABLE_FRACTION if info.type == "mps" else 1.0
     tensor_cores = info.type == "mps" or (info.compute_capability or (0, 0)) >= (7, 0)  # Volta and newer
     return Hardware(
-        key="this", name=info.name, memory_bytes=info.total_memory_bytes or 0,
-        supports_bf16=info.bf16_is_fast, supports_fp16=info.supports_fp16_autocast and tensor_cores,
-        kind=info.type, note=info.note, usable_fraction=fraction,
+        key="this",
+        name=info.name,
+        memory_bytes=info.total_memory_bytes or 0,
+        supports_bf16=info.bf16_is_fast,
+        supports_fp16=info.supports_fp16_autocast and tensor_cores,
+        kind=info.type,
+        note=info.note,
+        usable_fraction=fraction,
     )
 
 
@@ -114,13 +133,19 @@ def get_hardware(hardware: str | Hardware) -> Hardware:
 def choose_precision(hw: Hardware) -> tuple[str, str]:
     """The precision for `hw`, and why: bf16 if native, else fp16 + GradScaler on a GPU, else fp32."""
     if hw.supports_bf16:
-        return "bf16", (f"precision bf16 (autocast): the {hw.name} runs bf16 natively, and bf16 has fp32's "
-                        f"range, so no GradScaler is needed")
+        return "bf16", (
+            f"precision bf16 (autocast): the {hw.name} runs bf16 natively, and bf16 has fp32's "
+            f"range, so no GradScaler is needed"
+        )
     if hw.supports_fp16 and hw.kind != "cpu":
-        return "fp16", (f"precision fp16 (autocast) with a GradScaler: the {hw.name} has fast fp16 but no "
-                        f"bf16 ({hw.note}); fp16 gradients underflow, so the loss is scaled before backward")
-    return "fp32", (f"precision fp32: the {hw.name} has no bf16 instructions, so bf16 would be emulated "
-                    f"through fp32 (slower), and fp16 autocast on a CPU is slower still")
+        return "fp16", (
+            f"precision fp16 (autocast) with a GradScaler: the {hw.name} has fast fp16 but no "
+            f"bf16 ({hw.note}); fp16 gradients underflow, so the loss is scaled before backward"
+        )
+    return "fp32", (
+        f"precision fp32: the {hw.name} has no bf16 instructions, so bf16 would be emulated "
+        f"through fp32 (slower), and fp16 autocast on a CPU is slower still"
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -145,8 +170,12 @@ def relative_step_time(cfg: ModelConfig, ctx: int, checkpointing: str) -> float:
     """Step time relative to no checkpointing: (forward 1 + backward 2 + recomputed part of forward) / 3."""
     flops = forward_flops_per_token(cfg, ctx)
     blocks_share = flops["blocks"] / (flops["blocks"] + flops["head"])  # the head is never recomputed
-    recomputed = {"none": 0.0, "full": blocks_share, "sqrt": blocks_share,
-                  "selective": SELECTIVE_RECOMPUTE_SHARE * blocks_share}[checkpointing]  # fmt: skip
+    recomputed = {
+        "none": 0.0,
+        "full": blocks_share,
+        "sqrt": blocks_share,
+        "selective": SELECTIVE_RECOMPUTE_SHARE * blocks_share,
+    }[checkpointing]
     return (1 + 2 + recomputed) / 3
 
 
@@ -187,8 +216,7 @@ class Plan:
         worst = max(b.moments, key=b.moments.get) if b is not None and getattr(b, "moments", None) else None
         lines = [
             f"Plan: {self.preset} at ctx {self.ctx}, effective batch {self.effective_batch}, "
-            f"on {self.hardware.name} ({gib(self.hardware.memory_bytes)})"
-            + ("" if self.fits else "  -- DOES NOT FIT"),
+            f"on {self.hardware.name} ({gib(self.hardware.memory_bytes)})" + ("" if self.fits else "  -- DOES NOT FIT"),
             f"  precision       {self.precision_label}",
             f"  micro-batch     {self.micro_batch}",
             f"  accum           {self.accum}  ({self.micro_batch} x {self.accum} x 1 device = "
@@ -198,12 +226,16 @@ class Plan:
             + (f" (worst moment: {worst})" if worst else ""),
         ]
         if b is not None:
-            lines.append(f"  static          {gib(b.static)} = weights {gib(b.weights)} + grads "
-                         f"{gib(b.gradients)} + AdamW m, v {gib(b.optimizer)}")
-            lines.append(f"  per step        activations {gib(b.activations)}, logits {gib(b.logits)}, "
-                         f"backward's gradients {gib(b.activation_grads)}, autocast weight copies "
-                         f"{gib(b.weight_copies)}, AdamW step {gib(b.optimizer_step)} "
-                         f"(each at its own worst moment)")
+            lines.append(
+                f"  static          {gib(b.static)} = weights {gib(b.weights)} + grads "
+                f"{gib(b.gradients)} + AdamW m, v {gib(b.optimizer)}"
+            )
+            lines.append(
+                f"  per step        activations {gib(b.activations)}, logits {gib(b.logits)}, "
+                f"backward's gradients {gib(b.activation_grads)}, autocast weight copies "
+                f"{gib(b.weight_copies)}, AdamW step {gib(b.optimizer_step)} "
+                f"(each at its own worst moment)"
+            )
         lines.append(f"  step time       {self.relative_step_time:.2f}x a step without checkpointing")
         lines.append("Why:")
         lines += [f"  - {r}" for r in self.reasons]
@@ -216,8 +248,9 @@ class Plan:
         return {**asdict(self), "breakdown": self.breakdown.to_dict() if self.breakdown else None}
 
 
-def _largest_micro_batch(predict: Predictor, ctx: int, candidates: list[int], mode: str,
-                         budget: int) -> tuple[int, memory.MemoryBreakdown | None]:
+def _largest_micro_batch(
+    predict: Predictor, ctx: int, candidates: list[int], mode: str, budget: int
+) -> tuple[int, memory.MemoryBreakdown | None]:
     """The largest candidate (ascending list) whose predicted peak fits in `budget`, with its estimate.
 
     The peak grows with the batch, so this is a binary search; (0, None) when even the smallest does not fit.
@@ -246,8 +279,14 @@ def _check_inputs(preset: str, ctx: int, effective_batch: int, headroom: float) 
     return cfg
 
 
-def plan(preset: str, hardware: str | Hardware, ctx: int, effective_batch: int, headroom: float = 0.1,
-         memory_bytes: int | None = None) -> Plan:
+def plan(
+    preset: str,
+    hardware: str | Hardware,
+    ctx: int,
+    effective_batch: int,
+    headroom: float = 0.1,
+    memory_bytes: int | None = None,
+) -> Plan:
     """Choose precision, micro-batch, accumulation and checkpointing for `preset` on `hardware`.
 
     memory_bytes replaces the hardware's memory (for mps and cpu: the RAM). Never raises for "does not
@@ -264,23 +303,28 @@ def plan(preset: str, hardware: str | Hardware, ctx: int, effective_batch: int, 
     # memory.estimate for this model, precision and kind of device (CUDA's kernels keep a little less)
     predict = functools.partial(memory.estimate, cfg, precision=precision, device=hw.kind)
     share = "" if hw.usable_fraction == 1 else f", of which the GPU may use {hw.usable_fraction:.0%}"
-    kept_for = {"cuda": "the CUDA context and allocator fragmentation", "mps": "macOS and other apps",
-                "cpu": "the OS and other programs"}.get(hw.kind, "everything else")  # fmt: skip
+    kept_for = {
+        "cuda": "the CUDA context and allocator fragmentation",
+        "mps": "macOS and other apps",
+        "cpu": "the OS and other programs",
+    }.get(hw.kind, "everything else")
     reasons = [
         f"memory: the {hw.name} has {gib(hw.memory_bytes)}{share}; keeping {headroom:.0%} headroom for "
         f"{kept_for} leaves {gib(usable)} for training",
         precision_reason,
     ]
     n_params, per_param = count_params(cfg), static_bytes_per_param(precision)["total"]
-    autocast_note = ("; autocast keeps fp32 weights, so it saves activation memory, not this"
-                     if precision != "fp32" else "")
-    reasons.append(f"static memory (weights + grads + AdamW m and v) = {per_param} B/param x "
-                   f"{n_params / 1e6:.1f}M params = {gib(n_params * per_param)}{autocast_note}")
+    autocast_note = (
+        "; autocast keeps fp32 weights, so it saves activation memory, not this" if precision != "fp32" else ""
+    )
+    reasons.append(
+        f"static memory (weights + grads + AdamW m and v) = {per_param} B/param x "
+        f"{n_params / 1e6:.1f}M params = {gib(n_params * per_param)}{autocast_note}"
+    )
 
     # Micro-batches: the divisors of the effective batch, so that accum is a whole number.
     candidates = [m for m in range(1, effective_batch + 1) if effective_batch % m == 0]
-    fitting = {mode: _largest_micro_batch(predict, ctx, candidates, mode, usable)
-               for mode in CHECKPOINTING_MODES}  # fmt: skip
+    fitting = {mode: _largest_micro_batch(predict, ctx, candidates, mode, usable) for mode in CHECKPOINTING_MODES}
     cost = {mode: relative_step_time(cfg, ctx, mode) for mode in CHECKPOINTING_MODES}
     if fitting["none"][0]:
         mode = "none"  # checkpointing only when needed: a smaller micro-batch costs no extra compute
@@ -290,40 +334,82 @@ def plan(preset: str, hardware: str | Hardware, ctx: int, effective_batch: int, 
         mode = min(usable_modes, key=lambda m: (cost[m], -fitting[m][0])) if usable_modes else None
 
     if mode is None:
-        return _does_not_fit(preset, cfg, hw, ctx, effective_batch, precision, predict, usable, headroom,
-                             reasons)
+        return _does_not_fit(preset, cfg, hw, ctx, effective_batch, precision, predict, usable, headroom, reasons)
 
     micro, est = fitting[mode]
     accum = effective_batch // micro
     i = candidates.index(micro)
     if micro == effective_batch:
-        reasons.append(f"micro-batch {micro}: the whole effective batch fits in one forward/backward "
-                       f"(predicted peak {gib(est.peak)}), so no accumulation")
+        reasons.append(
+            f"micro-batch {micro}: the whole effective batch fits in one forward/backward "
+            f"(predicted peak {gib(est.peak)}), so no accumulation"
+        )
     else:
         bigger = predict(candidates[i + 1], ctx, checkpointing=mode)
-        reasons.append(f"micro-batch {micro}: the largest divisor of {effective_batch} whose predicted peak "
-                       f"({gib(est.peak)}) fits; {candidates[i + 1]} would need {gib(bigger.peak)}")
-        reasons.append(f"accum {accum} = {effective_batch} / {micro}: accumulating gives the same gradients "
-                       f"as one batch of {effective_batch}, at the cost of {accum} smaller steps per update")
+        reasons.append(
+            f"micro-batch {micro}: the largest divisor of {effective_batch} whose predicted peak "
+            f"({gib(est.peak)}) fits; {candidates[i + 1]} would need {gib(bigger.peak)}"
+        )
+        reasons.append(
+            f"accum {accum} = {effective_batch} / {micro}: accumulating gives the same gradients "
+            f"as one batch of {effective_batch}, at the cost of {accum} smaller steps per update"
+        )
     if mode == "none":
         best_other = max(CHECKPOINTING_MODES, key=lambda m: fitting[m][0])
-        extra = (f"; {best_other} checkpointing would allow micro-batch {fitting[best_other][0]} but costs "
-                 f"{cost[best_other]:.2f}x the time" if fitting[best_other][0] > micro else "")
+        extra = (
+            f"; {best_other} checkpointing would allow micro-batch {fitting[best_other][0]} but costs "
+            f"{cost[best_other]:.2f}x the time"
+            if fitting[best_other][0] > micro
+            else ""
+        )
         reasons.append(f"checkpointing none: it fits without, and recomputing costs time{extra}")
     else:
         one = predict(1, ctx, checkpointing="none")
-        tried = ", ".join(f"{m} {'fits' if fitting[m][0] else 'does not fit'} ({cost[m]:.2f}x)"
-                          for m in CHECKPOINTING_MODES if m != "none")
-        reasons.append(f"checkpointing {mode}: even micro-batch 1 needs {gib(one.peak)} without it; "
-                       f"{tried}: {mode} is the cheapest that fits, with the largest micro-batch")
-        reasons.append(f"step time {cost[mode]:.2f}x: forward 1 + backward 2 + recomputation "
-                       f"{3 * cost[mode] - 3:.2f} of a forward (FLOP model), over 3")
-    return Plan(preset, hw, ctx, effective_batch, precision, precision == "fp16", micro, accum, mode,
-                est.peak, usable, cost[mode], True, reasons, None, est)
+        tried = ", ".join(
+            f"{m} {'fits' if fitting[m][0] else 'does not fit'} ({cost[m]:.2f}x)"
+            for m in CHECKPOINTING_MODES
+            if m != "none"
+        )
+        reasons.append(
+            f"checkpointing {mode}: even micro-batch 1 needs {gib(one.peak)} without it; "
+            f"{tried}: {mode} is the cheapest that fits, with the largest micro-batch"
+        )
+        reasons.append(
+            f"step time {cost[mode]:.2f}x: forward 1 + backward 2 + recomputation "
+            f"{3 * cost[mode] - 3:.2f} of a forward (FLOP model), over 3"
+        )
+    return Plan(
+        preset,
+        hw,
+        ctx,
+        effective_batch,
+        precision,
+        precision == "fp16",
+        micro,
+        accum,
+        mode,
+        est.peak,
+        usable,
+        cost[mode],
+        True,
+        reasons,
+        None,
+        est,
+    )
 
 
-def _does_not_fit(preset: str, cfg: ModelConfig, hw: Hardware, ctx: int, effective_batch: int, precision: str,
-                  predict: Predictor, usable: int, headroom: float, reasons: list[str]) -> Plan:
+def _does_not_fit(
+    preset: str,
+    cfg: ModelConfig,
+    hw: Hardware,
+    ctx: int,
+    effective_batch: int,
+    precision: str,
+    predict: Predictor,
+    usable: int,
+    headroom: float,
+    reasons: list[str],
+) -> Plan:
     """The fits=False plan: micro-batch 1 in the mode that saves most, and a lever that would make it fit."""
     ests = {m: predict(1, ctx, checkpointing=m) for m in CHECKPOINTING_MODES}
     mode = min(ests, key=lambda m: (ests[m].peak, relative_step_time(cfg, ctx, m)))
@@ -334,21 +420,45 @@ def _does_not_fit(preset: str, cfg: ModelConfig, hw: Hardware, ctx: int, effecti
     smaller += f"a smaller preset, or a device with at least {gib(needed)}"
     shorter = _longest_fitting_ctx(predict, ctx, mode, usable)
     if est.static > usable:
-        lever = (f"static memory alone (weights + grads + AdamW = {gib(est.static)}) exceeds the "
-                 f"{gib(usable)} budget: use {smaller}")
+        lever = (
+            f"static memory alone (weights + grads + AdamW = {gib(est.static)}) exceeds the "
+            f"{gib(usable)} budget: use {smaller}"
+        )
     elif shorter:
-        lever = (f"even micro-batch 1 with {mode} checkpointing needs {gib(est.peak)} but {gib(usable)} is "
-                 f"usable: shorten ctx to {shorter} or less, or use {smaller}")
+        lever = (
+            f"even micro-batch 1 with {mode} checkpointing needs {gib(est.peak)} but {gib(usable)} is "
+            f"usable: shorten ctx to {shorter} or less, or use {smaller}"
+        )
     else:
         one_token = predict(1, 1, checkpointing=mode)
-        lever = (f"even one token per step needs {gib(one_token.peak)}: static memory {gib(est.static)} plus "
-                 f"buffers that do not shrink with ctx (AdamW's temporaries {gib(est.optimizer_step)}, "
-                 f"autocast's weight copies {gib(est.weight_copies)}, the tied embedding's gradients); "
-                 f"use {smaller}")
-    reasons.append(f"nothing fits: the smallest predicted peak is {gib(est.peak)} (micro-batch 1, "
-                   f"{mode} checkpointing), above the {gib(usable)} budget")
-    return Plan(preset, hw, ctx, effective_batch, precision, precision == "fp16", 1, effective_batch, mode,
-                est.peak, usable, relative_step_time(cfg, ctx, mode), False, reasons, lever, est)
+        lever = (
+            f"even one token per step needs {gib(one_token.peak)}: static memory {gib(est.static)} plus "
+            f"buffers that do not shrink with ctx (AdamW's temporaries {gib(est.optimizer_step)}, "
+            f"autocast's weight copies {gib(est.weight_copies)}, the tied embedding's gradients); "
+            f"use {smaller}"
+        )
+    reasons.append(
+        f"nothing fits: the smallest predicted peak is {gib(est.peak)} (micro-batch 1, "
+        f"{mode} checkpointing), above the {gib(usable)} budget"
+    )
+    return Plan(
+        preset,
+        hw,
+        ctx,
+        effective_batch,
+        precision,
+        precision == "fp16",
+        1,
+        effective_batch,
+        mode,
+        est.peak,
+        usable,
+        relative_step_time(cfg, ctx, mode),
+        False,
+        reasons,
+        lever,
+        est,
+    )
 
 
 def _longest_fitting_ctx(predict: Predictor, ctx: int, mode: str, usable: int) -> int:
@@ -385,9 +495,12 @@ BOOK_TABLE: list[dict] = [
 ]
 
 
-def recommended_table(presets: tuple[str, ...] = ("10m", "30m", "125m"),
-                      hardware: tuple[str, ...] = ("cpu", "mps", "t4", "a100-80"), ctx: int | None = None,
-                      effective_batch: int = BOOK_EFFECTIVE_BATCH) -> list[dict]:
+def recommended_table(
+    presets: tuple[str, ...] = ("10m", "30m", "125m"),
+    hardware: tuple[str, ...] = ("cpu", "mps", "t4", "a100-80"),
+    ctx: int | None = None,
+    effective_batch: int = BOOK_EFFECTIVE_BATCH,
+) -> list[dict]:
     """The book's recommended-settings table, computed by the planner: one row per preset x hardware.
 
     ctx None means each preset's maximum context. Print it with tabulate(rows, headers="keys").
@@ -398,12 +511,20 @@ def recommended_table(presets: tuple[str, ...] = ("10m", "30m", "125m"),
             raise ValueError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
         for hw in hardware:
             p = plan(preset, hw, ctx or PRESETS[preset].ctx, effective_batch)
-            rows.append({
-                "preset": preset, "hardware": p.hardware.key, "ctx": p.ctx, "precision": p.precision_label,
-                "micro_batch": p.micro_batch, "accum": p.accum, "checkpointing": p.checkpointing,
-                "peak_GiB": round(p.predicted_peak_bytes / GIB, 2),
-                "usable_GiB": round(p.usable_bytes / GIB, 2), "fits": p.fits,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "preset": preset,
+                    "hardware": p.hardware.key,
+                    "ctx": p.ctx,
+                    "precision": p.precision_label,
+                    "micro_batch": p.micro_batch,
+                    "accum": p.accum,
+                    "checkpointing": p.checkpointing,
+                    "peak_GiB": round(p.predicted_peak_bytes / GIB, 2),
+                    "usable_GiB": round(p.usable_bytes / GIB, 2),
+                    "fits": p.fits,
+                }
+            )
     return rows
 
 
@@ -421,22 +542,32 @@ def compare_with_book(effective_batch: int = BOOK_EFFECTIVE_BATCH) -> list[dict]
             differs.append("precision")
         if not low <= p.accum <= high:
             differs.append("accum")
-            why.append(f"micro-batch {p.micro_batch} is the largest that fits (predicted "
-                       f"{gib(p.predicted_peak_bytes)} of {gib(p.usable_bytes)}), so accum = "
-                       f"{effective_batch} / {p.micro_batch}")
+            why.append(
+                f"micro-batch {p.micro_batch} is the largest that fits (predicted "
+                f"{gib(p.predicted_peak_bytes)} of {gib(p.usable_bytes)}), so accum = "
+                f"{effective_batch} / {p.micro_batch}"
+            )
         if (p.checkpointing != "none") != book["checkpointing"]:
             differs.append("checkpointing")
-            why.append("it fits without checkpointing, so the planner avoids the recompute"
-                       if p.checkpointing == "none"
-                       else f"even micro-batch 1 does not fit without it, so it uses {p.checkpointing}")
-        rows.append({
-            "preset": book["preset"], "hardware": book["hardware"],
-            "book_precision": book["precision"], "plan_precision": p.precision_label,
-            "book_accum": str(low) if low == high else f"{low}~{high}", "plan_accum": p.accum,
-            "book_ckpt": "yes" if book["checkpointing"] else "no", "plan_ckpt": p.checkpointing,
-            "agrees": not differs,
-            "why": "; ".join(why) if why else ("same" if not differs else f"{', '.join(differs)} differ"),
-        })  # fmt: skip
+            why.append(
+                "it fits without checkpointing, so the planner avoids the recompute"
+                if p.checkpointing == "none"
+                else f"even micro-batch 1 does not fit without it, so it uses {p.checkpointing}"
+            )
+        rows.append(
+            {
+                "preset": book["preset"],
+                "hardware": book["hardware"],
+                "book_precision": book["precision"],
+                "plan_precision": p.precision_label,
+                "book_accum": str(low) if low == high else f"{low}~{high}",
+                "plan_accum": p.accum,
+                "book_ckpt": "yes" if book["checkpointing"] else "no",
+                "plan_ckpt": p.checkpointing,
+                "agrees": not differs,
+                "why": "; ".join(why) if why else ("same" if not differs else f"{', '.join(differs)} differ"),
+            }
+        )
     return rows
 
 
@@ -449,14 +580,16 @@ def _is_out_of_memory(error: BaseException) -> bool:
     return isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error).lower()
 
 
-def _measured_peak(cfg: ModelConfig, batch: int, ctx: int, precision: str, checkpointing: str,
-                   device: torch.device) -> int | None:
+def _measured_peak(
+    cfg: ModelConfig, batch: int, ctx: int, precision: str, checkpointing: str, device: torch.device
+) -> int | None:
     """Measured peak bytes of one real training step (forward, backward, AdamW); None if out of memory."""
     peak, out_of_memory = None, False
     try:
         # measured: the step's real high-water mark (on CUDA, torch.cuda.max_memory_allocated)
-        peak = memory.measure(cfg, batch, ctx, precision=precision, checkpointing=checkpointing,
-                              device=str(device)).peak
+        peak = memory.measure(
+            cfg, batch, ctx, precision=precision, checkpointing=checkpointing, device=str(device)
+        ).peak
     except RuntimeError as error:  # torch.OutOfMemoryError is a RuntimeError
         if not _is_out_of_memory(error):
             raise
@@ -473,8 +606,14 @@ def _measured_peak(cfg: ModelConfig, batch: int, ctx: int, precision: str, check
 
 
 def find_max_batch_size(
-    model_cfg: ModelConfig, ctx: int, precision: str = "fp32", checkpointing: str = "none",
-    device: str | torch.device = "cpu", budget_bytes: int | None = None, low: int = 1, high: int = 256,
+    model_cfg: ModelConfig,
+    ctx: int,
+    precision: str = "fp32",
+    checkpointing: str = "none",
+    device: str | torch.device = "cpu",
+    budget_bytes: int | None = None,
+    low: int = 1,
+    high: int = 256,
     trace: list[tuple[int, bool, int | None]] | None = None,
 ) -> int:
     """The largest batch in [low, high] whose real training step fits, by binary search; 0 if `low` does not.
@@ -488,15 +627,16 @@ def find_max_batch_size(
     device = pick_device(device) if isinstance(device, str) else device
     normalize_precision(precision)
     if checkpointing not in CHECKPOINTING_MODES:
-        raise ValueError(f"unknown checkpointing {checkpointing!r}; "
-                         f"choose one of: {', '.join(CHECKPOINTING_MODES)}")
+        raise ValueError(f"unknown checkpointing {checkpointing!r}; choose one of: {', '.join(CHECKPOINTING_MODES)}")
     if not 1 <= ctx <= model_cfg.ctx:
         raise ValueError(f"ctx must be between 1 and the model's maximum of {model_cfg.ctx}, got {ctx}")
     if not 1 <= low <= high:
         raise ValueError(f"need 1 <= low <= high, got low={low}, high={high}")
     if budget_bytes is None and device.type != "cuda":
-        raise ValueError(f"on {device.type}, running out of memory is not a reliable error (the OS swaps "
-                         f"first, or kills the process): pass budget_bytes, the memory the step may use")
+        raise ValueError(
+            f"on {device.type}, running out of memory is not a reliable error (the OS swaps "
+            f"first, or kills the process): pass budget_bytes, the memory the step may use"
+        )
     if budget_bytes is not None and budget_bytes <= 0:
         raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
 

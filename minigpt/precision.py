@@ -80,25 +80,40 @@ def format_rows() -> list[dict]:
             e, m = TF32_EXPONENT_BITS, TF32_MANTISSA_BITS
             bias = 2 ** (e - 1) - 1
             smallest_normal = 2.0 ** (1 - bias)
-            rows.append({
-                "name": name, "torch dtype": "(matmul mode)", "bits": 1 + e + m,
-                "exponent bits": e, "mantissa bits": m,
-                "max": (2 - 2.0**-m) * 2.0**bias, "smallest normal": smallest_normal,
-                "smallest subnormal": smallest_normal * 2.0**-m, "eps": 2.0**-m, "note": _NOTES[name],
-            })
+            rows.append(
+                {
+                    "name": name,
+                    "torch dtype": "(matmul mode)",
+                    "bits": 1 + e + m,
+                    "exponent bits": e,
+                    "mantissa bits": m,
+                    "max": (2 - 2.0**-m) * 2.0**bias,
+                    "smallest normal": smallest_normal,
+                    "smallest subnormal": smallest_normal * 2.0**-m,
+                    "eps": 2.0**-m,
+                    "note": _NOTES[name],
+                }
+            )
             continue
         dtype = _dtype_of(attr)
         if dtype is None:
             continue  # listed by missing_formats()
         fi = torch.finfo(dtype)
         _, e, m = _layout(dtype)
-        rows.append({
-            "name": name, "torch dtype": f"torch.{attr}", "bits": fi.bits,
-            "exponent bits": e, "mantissa bits": m,
-            "max": fi.max, "smallest normal": fi.smallest_normal,
-            "smallest subnormal": fi.smallest_normal * fi.eps if m > 0 else None,
-            "eps": fi.eps, "note": _NOTES.get(name, ""),
-        })
+        rows.append(
+            {
+                "name": name,
+                "torch dtype": f"torch.{attr}",
+                "bits": fi.bits,
+                "exponent bits": e,
+                "mantissa bits": m,
+                "max": fi.max,
+                "smallest normal": fi.smallest_normal,
+                "smallest subnormal": fi.smallest_normal * fi.eps if m > 0 else None,
+                "eps": fi.eps,
+                "note": _NOTES.get(name, ""),
+            }
+        )
     return rows
 
 
@@ -169,8 +184,7 @@ class BitLayout:
 
     def __str__(self) -> str:
         sign = " " if self.sign is None else str(self.sign)
-        return (f"{sign} | {self.exponent_bits} | {self.mantissa_bits}  "
-                f"= {self.stored_value!r} ({self.format})")
+        return f"{sign} | {self.exponent_bits} | {self.mantissa_bits}  = {self.stored_value!r} ({self.format})"
 
 
 def decode_bits(value: float, dtype: torch.dtype | str) -> BitLayout:
@@ -204,9 +218,15 @@ def decode_bits(value: float, dtype: torch.dtype | str) -> BitLayout:
     else:
         kind, unbiased = "normal", biased - bias
     return BitLayout(
-        value=value, format=short_name(dtype), sign=int(sign_bits) if signed else None,
-        exponent_bits=exponent_bits, mantissa_bits=mantissa_bits, stored_value=stored_value,
-        biased_exponent=biased, unbiased_exponent=unbiased, kind=kind,
+        value=value,
+        format=short_name(dtype),
+        sign=int(sign_bits) if signed else None,
+        exponent_bits=exponent_bits,
+        mantissa_bits=mantissa_bits,
+        stored_value=stored_value,
+        biased_exponent=biased,
+        unbiased_exponent=unbiased,
+        kind=kind,
     )
 
 
@@ -272,11 +292,14 @@ PRECISIONS = ("fp32", "bf16", "fp16", "bf16-pure")
 DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 # The dtype the matmuls of each mode should come out in (the probe in check_precision checks this).
-_COMPUTE_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
-                  "bf16-pure": torch.bfloat16}
+_COMPUTE_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "bf16-pure": torch.bfloat16}
 # What to suggest instead when a mode cannot run here.
-_ALTERNATIVE = {"fp32": "a different --device", "bf16": "fp16 (with GradScaler) or fp32",
-                "fp16": "bf16 or fp32", "bf16-pure": "fp16 (with GradScaler) or fp32"}
+_ALTERNATIVE = {
+    "fp32": "a different --device",
+    "bf16": "fp16 (with GradScaler) or fp32",
+    "fp16": "bf16 or fp32",
+    "bf16-pure": "fp16 (with GradScaler) or fp32",
+}
 
 
 def normalize_precision(name: str) -> str:
@@ -339,20 +362,26 @@ def precision_problem(facts: PrecisionFacts) -> str | None:
     device_type = torch.device(facts.device).type
     alternative = f"use --precision {_ALTERNATIVE[p]}"
     if autocast_dtype(p) is not None and not facts.autocast_available:
-        return (f"autocast is not available for device type '{device_type}' in torch {torch.__version__}, "
-                f"so --precision {p} would silently train in fp32; {alternative}")
+        return (
+            f"autocast is not available for device type '{device_type}' in torch {torch.__version__}, "
+            f"so --precision {p} would silently train in fp32; {alternative}"
+        )
     cc = facts.compute_capability
     if p in ("bf16", "bf16-pure") and cc is not None and cc < (8, 0):
-        return (f"this GPU ({facts.device_name or facts.device}, sm_{cc[0]}{cc[1]}) has no bf16; "
-                f"use --precision fp16 (with GradScaler) or fp32")
+        return (
+            f"this GPU ({facts.device_name or facts.device}, sm_{cc[0]}{cc[1]}) has no bf16; "
+            f"use --precision fp16 (with GradScaler) or fp32"
+        )
     expected = _COMPUTE_DTYPE[p]
     heard = f" (torch warned: {' | '.join(facts.torch_warnings)})" if facts.torch_warnings else ""
     if facts.observed_dtype is None:
         return f"a {p} matmul failed on {facts.device}: {facts.error or 'no result'}{heard}; {alternative}"
     if facts.observed_dtype != expected:
-        return (f"--precision {p} was ignored on {facts.device}: a matmul came out "
-                f"{short_name(facts.observed_dtype)}, not {short_name(expected)}, so training would "
-                f"silently run in {short_name(facts.observed_dtype)}{heard}; {alternative}")
+        return (
+            f"--precision {p} was ignored on {facts.device}: a matmul came out "
+            f"{short_name(facts.observed_dtype)}, not {short_name(expected)}, so training would "
+            f"silently run in {short_name(facts.observed_dtype)}{heard}; {alternative}"
+        )
     return None
 
 
@@ -360,8 +389,9 @@ def probe_precision(device: torch.device | str, precision: str) -> PrecisionFact
     """Run one small matmul (F.linear) the way training would in `precision` and record what happened."""
     device = torch.device(device)
     p = normalize_precision(precision)
-    facts = PrecisionFacts(device=str(device), precision=p,
-                           autocast_available=torch.amp.autocast_mode.is_autocast_available(device.type))
+    facts = PrecisionFacts(
+        device=str(device), precision=p, autocast_available=torch.amp.autocast_mode.is_autocast_available(device.type)
+    )
     if device.type == "cuda" and not torch.cuda.is_available():
         facts.error = f"no CUDA device here (torch {torch.__version__}, cuda available: False)"
         return facts

@@ -37,10 +37,15 @@ def _ops_to_save() -> set:
     """The ops whose outputs selective checkpointing keeps: matmuls and fused attention."""
     aten = torch.ops.aten
     names = [
-        "mm", "addmm", "bmm", "_scaled_dot_product_flash_attention",
-        "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
-        "_scaled_dot_product_flash_attention_for_cpu", "_efficient_attention_forward",
-    ]  # fmt: skip
+        "mm",
+        "addmm",
+        "bmm",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_efficient_attention_forward",
+    ]
     return {getattr(aten, n).default for n in names if hasattr(aten, n)}
 
 

@@ -29,9 +29,7 @@ def load_ranks(path: str | Path = RANKS_PATH) -> dict[bytes, int]:
     """Read a tiktoken ranks file: one 'base64(token) rank' per line; lower rank = merged earlier."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(
-            f"tokenizer ranks file not found: {path} (build it: python scripts/build_tokenizer.py)"
-        )
+        raise FileNotFoundError(f"tokenizer ranks file not found: {path} (build it: python scripts/build_tokenizer.py)")
     ranks = {}
     for lineno, line in enumerate(path.read_bytes().splitlines(), start=1):
         try:

@@ -27,12 +27,12 @@ import torch
 import torch.nn as nn
 
 from minigpt import distributed as dist_utils
-from minigpt.run_state import load_checkpoint, save_checkpoint
-from minigpt.recompute import CHECKPOINTING_MODES
 from minigpt.data import TokenData, load_tokens
 from minigpt.device import pick_device
 from minigpt.model import GPT, IGNORE_INDEX, PRESETS, ModelConfig, get_config
 from minigpt.precision import autocast_context, check_precision, normalize_precision
+from minigpt.recompute import CHECKPOINTING_MODES
+from minigpt.run_state import load_checkpoint, save_checkpoint
 from minigpt.tokenizer import DEFAULT_TOKENIZER, get_tokenizer
 
 
@@ -237,8 +237,12 @@ def optimizer_step(state: StepState, grad_clip: float) -> tuple[torch.Tensor, fl
 
 
 def train_step(
-    state: StepState, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device,
-    precision: str, grad_clip: float = 1.0, module: nn.Module | None = None,
+    state: StepState,
+    micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
+    device: torch.device,
+    precision: str,
+    grad_clip: float = 1.0,
+    module: nn.Module | None = None,
 ) -> dict:
     """One optimizer step on one window of micro-batches: forward_backward, then optimizer_step.
 
@@ -289,9 +293,7 @@ class TrainResult:
 
 
 @torch.no_grad()
-def estimate_loss(
-    model: GPT, data: TokenData, cfg: TrainConfig, device: torch.device, split: str = "val"
-) -> float:
+def estimate_loss(model: GPT, data: TokenData, cfg: TrainConfig, device: torch.device, split: str = "val") -> float:
     """Mean loss over `cfg.eval_batches` fixed batches (same batches every call, RNG untouched)."""
     was_training = model.training
     model.eval()
@@ -358,8 +360,13 @@ def train(
     data = data or load_tokens(cfg.corpus, cfg.tokenizer)
     data.check_ctx(cfg.ctx)
     state = build_step_state(get_config(cfg.preset, dropout=cfg.dropout), cfg, device)
-    model, optimizer, scheduler, scaler, master = (state.model, state.optimizer, state.scheduler,
-                                                   state.scaler, state.master)  # fmt: skip
+    model, optimizer, scheduler, scaler, master = (
+        state.model,
+        state.optimizer,
+        state.scheduler,
+        state.scaler,
+        state.master,
+    )
     data_gen = torch.Generator().manual_seed(cfg.seed)
 
     result = TrainResult(cfg, model, effective_batch=cfg.batch * cfg.accum * world)
@@ -452,8 +459,10 @@ def train(
     dist_utils.teardown()
     if result.history:
         s = result.summary()
-        say(f"done: {s['steps']} steps, train loss {s['final_train_loss']:.3f}, val loss "
-            f"{s['final_val_loss'] or float('nan'):.3f}, {s['tokens_per_s']:,.0f} tokens/s")
+        say(
+            f"done: {s['steps']} steps, train loss {s['final_train_loss']:.3f}, val loss "
+            f"{s['final_val_loss'] or float('nan'):.3f}, {s['tokens_per_s']:,.0f} tokens/s"
+        )
     return result
 
 

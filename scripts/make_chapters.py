@@ -40,8 +40,10 @@ def out_of_sync(source: Path, notebook: Path) -> str | None:
     as_text = jupytext.writes(jupytext.read(notebook), fmt=TEXT_FORMAT)
     strip = lambda text: [line for line in text.splitlines() if "jupytext_version" not in line]  # noqa: E731
     if strip(as_text) != strip(source.read_text(encoding="utf-8")):
-        return (f"{notebook.name} and {source.name} differ: edit the .md, then run "
-                f"`jupytext --to ipynb --update chapters/{source.name}` (or `make chapters`)")
+        return (
+            f"{notebook.name} and {source.name} differ: edit the .md, then run "
+            f"`jupytext --to ipynb --update chapters/{source.name}` (or `make chapters`)"
+        )
     return None
 
 
@@ -52,8 +54,13 @@ def execute(source: Path, notebook: Path) -> float:
         old = nbformat.read(notebook, as_version=4)
         nb.metadata = {**old.metadata, **nb.metadata}
     start = time.perf_counter()
-    NotebookClient(nb, timeout=TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(CHAPTERS)}},
-                   record_timing=True).execute()
+    NotebookClient(
+        nb,
+        timeout=TIMEOUT_S,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(CHAPTERS)}},
+        record_timing=True,
+    ).execute()
     seconds = time.perf_counter() - start
     nbformat.write(nb, notebook)
     return seconds

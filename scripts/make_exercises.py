@@ -54,10 +54,12 @@ def _quoted(text: str) -> str:
 
 def stub_line(indent: str, exercise: str, hint: str, chapter: str) -> str:
     """The raise that replaces a solution region; its message is "Exercise N.M: hint - see chapter"."""
-    return (f"{indent}raise NotImplementedError(\n"
-            f"{indent}    {_quoted(f'Exercise {exercise}: {hint}')}\n"
-            f"{indent}    {_quoted(f' - see {chapter}')}\n"
-            f"{indent})\n")
+    return (
+        f"{indent}raise NotImplementedError(\n"
+        f"{indent}    {_quoted(f'Exercise {exercise}: {hint}')}\n"
+        f"{indent}    {_quoted(f' - see {chapter}')}\n"
+        f"{indent})\n"
+    )
 
 
 def stub_code(source: str, chapter: str, where: str = "<source>") -> tuple[str, list[str]]:

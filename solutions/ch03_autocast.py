@@ -17,8 +17,12 @@ from minigpt.train import TrainConfig, train
 
 
 def autocast_train_step(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-    dtype: torch.dtype = torch.bfloat16, max_norm: float = 1.0,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    dtype: torch.dtype = torch.bfloat16,
+    max_norm: float = 1.0,
 ) -> torch.Tensor:
     """Exercise 3.1: one training step with the forward pass in `dtype` under torch.autocast; return the loss.
 
@@ -41,8 +45,13 @@ def autocast_train_step(
 
 
 def compare_precisions(
-    preset: str = "tiny", precisions: tuple[str, ...] = ("fp32", "bf16", "fp16"), steps: int = 20,
-    batch: int = 8, ctx: int = 64, device: str = "cpu", data: TokenData | None = None,
+    preset: str = "tiny",
+    precisions: tuple[str, ...] = ("fp32", "bf16", "fp16"),
+    steps: int = 20,
+    batch: int = 8,
+    ctx: int = 64,
+    device: str = "cpu",
+    data: TokenData | None = None,
 ) -> list[dict]:
     """Exercise 3.2 (seed exercise 1): the same training run in each precision; compare time, memory and loss.
 
@@ -60,20 +69,33 @@ def compare_precisions(
     # BEGIN SOLUTION 3.2: one TrainConfig per precision, train(), time it, and read the result's summary
     rows = []
     for precision in precisions:
-        cfg = TrainConfig(preset=preset, precision=precision, steps=steps, batch=batch, ctx=ctx, device=device,
-                          seed=0, progress=False, verbose=False, sample_tokens=0, eval_batches=2)
+        cfg = TrainConfig(
+            preset=preset,
+            precision=precision,
+            steps=steps,
+            batch=batch,
+            ctx=ctx,
+            device=device,
+            seed=0,
+            progress=False,
+            verbose=False,
+            sample_tokens=0,
+            eval_batches=2,
+        )
         start = time.perf_counter()
         result = train(cfg, data)
         seconds = time.perf_counter() - start
         predicted = memory.estimate(get_config(preset), batch, ctx, precision, device=device)
-        rows.append({
-            "precision": precision,
-            "seconds": seconds,
-            "final_loss": result.losses[-1],
-            "predicted_peak_bytes": predicted.peak,
-            "measured_peak_bytes": result.summary()["peak_memory_bytes"],
-            "skipped_steps": result.skipped_steps,
-        })
+        rows.append(
+            {
+                "precision": precision,
+                "seconds": seconds,
+                "final_loss": result.losses[-1],
+                "predicted_peak_bytes": predicted.peak,
+                "measured_peak_bytes": result.summary()["peak_memory_bytes"],
+                "skipped_steps": result.skipped_steps,
+            }
+        )
     return rows
     # END SOLUTION
 

@@ -12,8 +12,12 @@ from minigpt.model import GPT, get_config
 
 
 def scaled_fp16_step(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-    x: torch.Tensor, y: torch.Tensor, max_norm: float = 1.0,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    max_norm: float = 1.0,
 ) -> dict:
     """Exercise 4.1: one fp16 training step with loss scaling; return what happened.
 
@@ -35,13 +39,16 @@ def scaled_fp16_step(
     scaler.step(optimizer)  # skipped if any gradient is inf or NaN
     scaler.update()  # halves the scale after a skip
     optimizer.zero_grad(set_to_none=True)
-    return {"loss": loss.item(), "grad_norm": grad_norm.item(), "scale": scale,
-            "skipped": scaler.get_scale() < scale}
+    return {"loss": loss.item(), "grad_norm": grad_norm.item(), "scale": scale, "skipped": scaler.get_scale() < scale}
     # END SOLUTION
 
 
 def update_scale(
-    scale: float, growth_tracker: int, found_inf: bool, growth_factor: float = 2.0, backoff_factor: float = 0.5,
+    scale: float,
+    growth_tracker: int,
+    found_inf: bool,
+    growth_factor: float = 2.0,
+    backoff_factor: float = 0.5,
     growth_interval: int = 2000,
 ) -> tuple[float, int]:
     """Exercise 4.2: GradScaler's dynamic scale update, by hand; return (new scale, new growth tracker).
@@ -63,7 +70,8 @@ def update_scale(
 
 
 def step_unless_skipped(
-    optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
     scaler: torch.amp.GradScaler,
 ) -> bool:
     """Exercise 4.3: step the optimizer through the scaler, and the learning-rate schedule only if it stepped.
@@ -85,8 +93,15 @@ def step_unless_skipped(
 
 
 def fp16_overflow_experiment(
-    lr: float = 3e-3, steps: int = 20, init_scale: float = 2.0**24, preset: str = "tiny", batch: int = 2,
-    ctx: int = 32, device: str = "cpu", data: TokenData | None = None, seed: int = 0,
+    lr: float = 3e-3,
+    steps: int = 20,
+    init_scale: float = 2.0**24,
+    preset: str = "tiny",
+    batch: int = 2,
+    ctx: int = 32,
+    device: str = "cpu",
+    data: TokenData | None = None,
+    seed: int = 0,
 ) -> list[dict]:
     """Exercise 4.4 (seed exercise 4): fp16 training at a high lr; watch the scaler react (scaler.get_scale()).
 

@@ -62,8 +62,13 @@ def accum_for(target_batch: int, micro_batch: int, world_size: int = 1) -> int:
 
 
 def compare_accumulation(
-    effective: int = 16, accums: tuple[int, ...] = (1, 4, 16), preset: str = "tiny", ctx: int = 64,
-    steps: int = 10, device: str = "cpu", data: TokenData | None = None,
+    effective: int = 16,
+    accums: tuple[int, ...] = (1, 4, 16),
+    preset: str = "tiny",
+    ctx: int = 64,
+    steps: int = 10,
+    device: str = "cpu",
+    data: TokenData | None = None,
 ) -> list[dict]:
     """Exercise 5.3 (seed exercise 2): the same effective batch with accum 1, 4, 16; compare time, memory, loss.
 
@@ -79,17 +84,30 @@ def compare_accumulation(
     rows = []
     for accum in accums:
         micro_batch = effective // accum
-        cfg = TrainConfig(preset=preset, batch=micro_batch, accum=accum, ctx=ctx, steps=steps, device=device,
-                          seed=0, progress=False, verbose=False, sample_tokens=0, eval_batches=2)
+        cfg = TrainConfig(
+            preset=preset,
+            batch=micro_batch,
+            accum=accum,
+            ctx=ctx,
+            steps=steps,
+            device=device,
+            seed=0,
+            progress=False,
+            verbose=False,
+            sample_tokens=0,
+            eval_batches=2,
+        )
         start = time.perf_counter()
         result = train(cfg, data)
-        rows.append({
-            "accum": accum,
-            "micro_batch": micro_batch,
-            "seconds": time.perf_counter() - start,
-            "final_loss": result.losses[-1],
-            "predicted_peak_bytes": memory.estimate(get_config(preset), micro_batch, ctx, device=device).peak,
-            "measured_peak_bytes": result.summary()["peak_memory_bytes"],
-        })
+        rows.append(
+            {
+                "accum": accum,
+                "micro_batch": micro_batch,
+                "seconds": time.perf_counter() - start,
+                "final_loss": result.losses[-1],
+                "predicted_peak_bytes": memory.estimate(get_config(preset), micro_batch, ctx, device=device).peak,
+                "measured_peak_bytes": result.summary()["peak_memory_bytes"],
+            }
+        )
     return rows
     # END SOLUTION

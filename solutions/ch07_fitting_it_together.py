@@ -34,7 +34,9 @@ def find_max_batch_size(fits: Callable[[int], bool], low: int = 1, high: int = 2
 
 
 def plan_micro_batch(
-    effective_batch: int, budget_bytes: int, predict_peak: Callable[[int, str], int],
+    effective_batch: int,
+    budget_bytes: int,
+    predict_peak: Callable[[int, str], int],
     modes: tuple[str, ...] = ("none", "selective", "full"),
 ) -> dict:
     """Exercise 7.2: a small planner: micro-batch, accumulation and checkpointing for a memory budget.
@@ -53,12 +55,22 @@ def plan_micro_batch(
         fitting = [m for m in divisors if predict_peak(m, mode) <= budget_bytes]
         if fitting:
             micro = max(fitting)
-            return {"micro_batch": micro, "accum": effective_batch // micro, "checkpointing": mode,
-                    "predicted_peak_bytes": predict_peak(micro, mode), "fits": True}
+            return {
+                "micro_batch": micro,
+                "accum": effective_batch // micro,
+                "checkpointing": mode,
+                "predicted_peak_bytes": predict_peak(micro, mode),
+                "fits": True,
+            }
     peaks = {mode: predict_peak(1, mode) for mode in modes}
     mode = min(peaks, key=peaks.get)
-    return {"micro_batch": 1, "accum": effective_batch, "checkpointing": mode,
-            "predicted_peak_bytes": peaks[mode], "fits": False}
+    return {
+        "micro_batch": 1,
+        "accum": effective_batch,
+        "checkpointing": mode,
+        "predicted_peak_bytes": peaks[mode],
+        "fits": False,
+    }
     # END SOLUTION
 
 

@@ -53,14 +53,28 @@ def test_quick_run_writes_results_and_plots(tmp_path):
         assert f"]({name})" in results
 
 
-
 def test_selective_overhead_diagnostic_times_every_mode():
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.selective_overhead", "--preset", "tiny", "--batch", "2", "--ctx", "16",
-         "--turns", "1"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.selective_overhead",
+            "--preset",
+            "tiny",
+            "--batch",
+            "2",
+            "--ctx",
+            "16",
+            "--turns",
+            "1",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in done.stdout.splitlines()[3:]}
     assert list(rows) == ["none", "selective", "save-all", "full"]

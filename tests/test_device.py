@@ -60,17 +60,36 @@ def test_cpu_device_info():
 
 
 def test_describe_for_a_simulated_t4():
-    t4 = DeviceInfo(type="cuda", device="cuda:0", name="Tesla T4", total_memory_bytes=15 * 2**30,
-                    supports_bf16=False, bf16_is_fast=False, supports_fp16_autocast=True,
-                    compute_capability=(7, 5))
+    t4 = DeviceInfo(
+        type="cuda",
+        device="cuda:0",
+        name="Tesla T4",
+        total_memory_bytes=15 * 2**30,
+        supports_bf16=False,
+        bf16_is_fast=False,
+        supports_fp16_autocast=True,
+        compute_capability=(7, 5),
+    )
     assert t4.describe() == "cuda:0 Tesla T4 (sm_75), 15.0 GiB, bf16: no, fp16 autocast: yes"
 
 
 def test_doctor_rows():
     rows = dict(doctor_rows())
     assert torch.__version__ in rows["torch"]
-    for key in ("python", "numpy", "tiktoken", "jupyter (jupyter_core)", "nbval", "matplotlib",
-                "device picked", "device name", "device memory", "bf16", "fp16 autocast", "CPU threads"):
+    for key in (
+        "python",
+        "numpy",
+        "tiktoken",
+        "jupyter (jupyter_core)",
+        "nbval",
+        "matplotlib",
+        "device picked",
+        "device name",
+        "device memory",
+        "bf16",
+        "fp16 autocast",
+        "CPU threads",
+    ):
         assert rows[key], key
     assert rows["device picked"].split(":")[0] == pick_device().type
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in doctor_rows())

@@ -41,10 +41,23 @@ class GraderRun:
 
     def __init__(self, tmp: Path, *args: str, files: tuple[str, ...] = ("exercises/",)) -> None:
         self.grade, self.output = tmp / "grade.json", tmp / "output.txt"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-               "OMP_NUM_THREADS": "1"}  # one thread each: several run at once
-        cmd = [sys.executable, "-m", "pytest", *files, "-q", "-p", "no:cacheprovider",
-               "--grade-json", str(self.grade), *args]
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            "OMP_NUM_THREADS": "1",
+        }  # one thread each: several run at once
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            *files,
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--grade-json",
+            str(self.grade),
+            *args,
+        ]
         with open(self.output, "w") as out:  # a file, not a pipe: nothing blocks while it is not read
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         self._result = None
@@ -112,8 +125,18 @@ class NotebookRun:
 
     def __init__(self, notebook: Path, out_dir: Path) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-        cmd = [sys.executable, "-m", "nbconvert", "--to", "notebook", "--execute", "--output-dir", str(out_dir),
-               "--ExecutePreprocessor.timeout=300", str(notebook)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "nbconvert",
+            "--to",
+            "notebook",
+            "--execute",
+            "--output-dir",
+            str(out_dir),
+            "--ExecutePreprocessor.timeout=300",
+            str(notebook),
+        ]
         self.output = out_dir / "output.txt"
         with open(self.output, "w") as out:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -142,8 +165,16 @@ def runs(tmp_path_factory):
         started.update({name: run for name in variants})
     tmp = tmp_path_factory.mktemp("hang")
     folder = answers_with(tmp / "answers", {"hang": ("ch07_fitting_it_together", "7.1", "", HANGING_SEARCH)})
-    started["hang"] = GraderRun(tmp, "--answers-dir", str(folder), "--exercise-timeout", "5", "-k",
-                                "7.1 or test_planner_rules", files=("exercises/test_ch07_fitting_it_together.py",))
+    started["hang"] = GraderRun(
+        tmp,
+        "--answers-dir",
+        str(folder),
+        "--exercise-timeout",
+        "5",
+        "-k",
+        "7.1 or test_planner_rules",
+        files=("exercises/test_ch07_fitting_it_together.py",),
+    )
     for name in EXERCISE_NOTEBOOKS:
         started[name] = NotebookRun(ROOT / "exercises" / name, tmp_path_factory.mktemp("notebooks"))
     yield started
@@ -196,7 +227,11 @@ def test_the_score_table_and_grade_json(stubs_run, solutions_run):
 
 WRONG = {
     # name: (chapter module, exercise, test expected to fail, the wrong function)
-    "no division by accum": ("ch05_grad_accumulation", "5.1", "test_equal_micro_batches_match_one_big_batch", """
+    "no division by accum": (
+        "ch05_grad_accumulation",
+        "5.1",
+        "test_equal_micro_batches_match_one_big_batch",
+        """
         def accumulate_gradients(model, micro_batches):
             total = 0.0
             for x, y in micro_batches:
@@ -204,9 +239,13 @@ WRONG = {
                 loss.backward()  # forgot to divide: the gradients are accum times too big
                 total += loss.item()
             return total / len(micro_batches)
-    """),
-    "mean of micro-batch means with padding": ("ch05_grad_accumulation", "5.1",
-                                               "test_padded_micro_batches_are_normalized_by_tokens", """
+    """,
+    ),
+    "mean of micro-batch means with padding": (
+        "ch05_grad_accumulation",
+        "5.1",
+        "test_padded_micro_batches_are_normalized_by_tokens",
+        """
         def accumulate_gradients(model, micro_batches):
             total = 0.0
             for x, y in micro_batches:
@@ -214,8 +253,13 @@ WRONG = {
                 (loss / len(micro_batches)).backward()  # right without padding, wrong with it
                 total += loss.item() / len(micro_batches)
             return total
-    """),
-    "clipping before unscale": ("ch04_fp16_gradscaler", "4.1", "test_clips_the_unscaled_gradients", """
+    """,
+    ),
+    "clipping before unscale": (
+        "ch04_fp16_gradscaler",
+        "4.1",
+        "test_clips_the_unscaled_gradients",
+        """
         def scaled_fp16_step(model, optimizer, scaler, x, y, max_norm=1.0):
             with torch.autocast(device_type=x.device.type, dtype=torch.float16):
                 _, loss = model(x, y)
@@ -227,8 +271,13 @@ WRONG = {
             optimizer.zero_grad(set_to_none=True)
             return {"loss": loss.item(), "grad_norm": grad_norm.item(), "scale": scale,
                     "skipped": scaler.get_scale() < scale}
-    """),
-    "fp16 without a scaler": ("ch04_fp16_gradscaler", "4.1", "test_small_gradients_survive_fp16", """
+    """,
+    ),
+    "fp16 without a scaler": (
+        "ch04_fp16_gradscaler",
+        "4.1",
+        "test_small_gradients_survive_fp16",
+        """
         def scaled_fp16_step(model, optimizer, scaler, x, y, max_norm=1.0):
             with torch.autocast(device_type=x.device.type, dtype=torch.float16):
                 _, loss = model(x, y)
@@ -237,18 +286,26 @@ WRONG = {
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             return {"loss": loss.item(), "grad_norm": grad_norm.item(), "scale": 1.0, "skipped": False}
-    """),
-    "scheduler steps on skipped steps": ("ch04_fp16_gradscaler", "4.3",
-                                         "test_schedule_does_not_move_on_a_skipped_step", """
+    """,
+    ),
+    "scheduler steps on skipped steps": (
+        "ch04_fp16_gradscaler",
+        "4.3",
+        "test_schedule_does_not_move_on_a_skipped_step",
+        """
         def step_unless_skipped(optimizer, scheduler, scaler):
             scale = scaler.get_scale()
             scaler.step(optimizer)
             scaler.update()
             scheduler.step()  # even when the scaler skipped the step
             return scaler.get_scale() < scale
-    """),
-    "scale tracker not reset after an overflow": ("ch04_fp16_gradscaler", "4.2",
-                                                  "test_update_scale_matches_gradscaler", """
+    """,
+    ),
+    "scale tracker not reset after an overflow": (
+        "ch04_fp16_gradscaler",
+        "4.2",
+        "test_update_scale_matches_gradscaler",
+        """
         def update_scale(scale, growth_tracker, found_inf, growth_factor=2.0, backoff_factor=0.5,
                          growth_interval=2000):
             if found_inf:
@@ -257,8 +314,13 @@ WRONG = {
             if growth_tracker == growth_interval:
                 return scale * growth_factor, 0
             return scale, growth_tracker
-    """),
-    "loss computed in bf16": ("ch03_autocast", "3.1", "test_forward_in_16_bits_loss_in_fp32", """
+    """,
+    ),
+    "loss computed in bf16": (
+        "ch03_autocast",
+        "3.1",
+        "test_forward_in_16_bits_loss_in_fp32",
+        """
         def autocast_train_step(model, optimizer, x, y, dtype=torch.bfloat16, max_norm=1.0):
             with torch.autocast(device_type=x.device.type, dtype=dtype):
                 logits, _ = model(x)
@@ -268,23 +330,37 @@ WRONG = {
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             return loss.detach()
-    """),
-    "recompute with other dropout masks": ("ch06_checkpointing", "6.1",
-                                           "test_dropout_masks_are_the_same_when_recomputed", """
+    """,
+    ),
+    "recompute with other dropout masks": (
+        "ch06_checkpointing",
+        "6.1",
+        "test_dropout_masks_are_the_same_when_recomputed",
+        """
         def checkpointed_forward(blocks, x, cos, sin):
             for block in blocks:
                 x = checkpoint(block, x, cos, sin, use_reentrant=False, preserve_rng_state=False)
             return x
-    """),
-    "every error read as out of memory": ("ch07_fitting_it_together", "7.3", "test_other_errors_are_not_swallowed", """
+    """,
+    ),
+    "every error read as out of memory": (
+        "ch07_fitting_it_together",
+        "7.3",
+        "test_other_errors_are_not_swallowed",
+        """
         def step_fits(run_step):
             try:
                 run_step()
             except Exception:  # a shape bug now reads as "does not fit"
                 return False
             return True
-    """),
-    "binary search off by one": ("ch07_fitting_it_together", "7.1", "test_binary_search_finds_the_largest_batch", """
+    """,
+    ),
+    "binary search off by one": (
+        "ch07_fitting_it_together",
+        "7.1",
+        "test_binary_search_finds_the_largest_batch",
+        """
         def find_max_batch_size(fits, low=1, high=256):
             lo, hi = low, high
             while lo < hi:  # finds the first batch that does NOT fit
@@ -294,7 +370,8 @@ WRONG = {
                 else:
                     hi = mid
             return lo
-    """),
+    """,
+    ),
 }
 
 

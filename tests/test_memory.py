@@ -27,8 +27,9 @@ SHAPES = {"tiny": (2, 32), "10m": (1, 64)}
 
 
 @functools.cache
-def measured(preset: str, precision: str, mode: str, batch: int, ctx: int, dropout: float = 0.0,
-             master: bool = False) -> memory.MemoryBreakdown:
+def measured(
+    preset: str, precision: str, mode: str, batch: int, ctx: int, dropout: float = 0.0, master: bool = False
+) -> memory.MemoryBreakdown:
     cfg = get_config(preset, dropout=dropout)
     return memory.measure(cfg, batch, ctx, precision, mode, master_weights=master)
 
@@ -41,8 +42,9 @@ def activations(preset: str, precision: str, mode: str, batch: int, ctx: int) ->
     return memory.measure_activations(get_config(preset), batch, ctx, precision, mode)
 
 
-def predicted(preset: str, precision: str, mode: str, batch: int, ctx: int, dropout: float = 0.0,
-              master: bool = False) -> memory.MemoryBreakdown:
+def predicted(
+    preset: str, precision: str, mode: str, batch: int, ctx: int, dropout: float = 0.0, master: bool = False
+) -> memory.MemoryBreakdown:
     cfg = get_config(preset, dropout=dropout)
     return memory.estimate(cfg, batch, ctx, precision, mode, master_weights=master, device="cpu")
 
@@ -121,7 +123,9 @@ def test_cuda_peak_counts_cublas_workspaces_and_fp32_attention_needs_no_transpos
     without = memory.estimate(cfg, batch, ctx, "bf16", device="cuda")
     # every moment of the step holds cuBLAS's two workspaces (the loop's thread and autograd's)
     assert {k: v - without.moments[k] for k, v in with_workspace.moments.items()} == {
-        k: 2 * 32 * 2**20 for k in without.moments}
+        k: 2 * 32 * 2**20 for k in without.moments
+    }
+
     # fp32 on CUDA: the attention output is already (B, T, heads, head_dim), so proj reads it without a copy
     # of its own; in 16 bits (cuDNN/flash kernels on an H100) and on the CPU the copy is there.
     def copy_rows(precision: str, device: str) -> int:
@@ -150,8 +154,7 @@ def test_activations_scale_linearly_with_batch(precision):
 def test_checkpointing_modes_order_the_saved_bytes_as_the_formulas_predict(preset, precision):
     shape, n_layer = SHAPES[preset], get_config(preset).n_layer
     by_measure = sorted(CHECKPOINTING_MODES, key=lambda m: activations(preset, precision, m, *shape))
-    by_formula = sorted(CHECKPOINTING_MODES, 
-                        key=lambda m: predicted(preset, precision, m, *shape).activations)
+    by_formula = sorted(CHECKPOINTING_MODES, key=lambda m: predicted(preset, precision, m, *shape).activations)
     assert by_measure == by_formula
     assert by_formula[-1] == "none"  # every mode keeps less than none
     # sqrt keeps one input per segment, full one per block: with fewer segments than blocks, sqrt keeps less
@@ -162,8 +165,9 @@ def test_checkpointing_modes_order_the_saved_bytes_as_the_formulas_predict(prese
 MASTER_CASES = [("bf16-pure", "none", True), ("bf16-pure", "sqrt", True)]
 
 
-@pytest.mark.parametrize("precision,mode,master",
-                         [(p, m, False) for p in PRECISIONS for m in CHECKPOINTING_MODES] + MASTER_CASES)
+@pytest.mark.parametrize(
+    "precision,mode,master", [(p, m, False) for p in PRECISIONS for m in CHECKPOINTING_MODES] + MASTER_CASES
+)
 def test_predicted_peak_and_transients_match_the_measured_step(precision, mode, master):
     meas = measured("tiny", precision, mode, *SHAPES["tiny"], master=master)
     pred = predicted("tiny", precision, mode, *SHAPES["tiny"], master=master)
@@ -262,15 +266,18 @@ def test_breakdown_rows_and_json():
     assert json.loads(json.dumps(b.to_dict()))["peak"] == b.peak
 
 
-@pytest.mark.parametrize("call,what", [
-    (lambda: memory.estimate(get_config("tiny"), 1, 32, checkpointing="half"), "checkpointing"),
-    (lambda: memory.estimate(get_config("tiny"), 1, 65), "ctx"),
-    (lambda: memory.estimate(get_config("tiny"), 0, 32), "batch"),
-    (lambda: memory.estimate(get_config("tiny"), 1, 32, precision="fp8"), "precision"),
-    (lambda: memory.estimate(get_config("tiny"), 1, 32, precision="fp32", master_weights=True), "master"),
-    (lambda: memory.measure(get_config("tiny"), 1, 99), "ctx"),
-    (lambda: memory.memory_timeline("out.png", get_config("tiny"), 1, 8), "html"),
-])
+@pytest.mark.parametrize(
+    "call,what",
+    [
+        (lambda: memory.estimate(get_config("tiny"), 1, 32, checkpointing="half"), "checkpointing"),
+        (lambda: memory.estimate(get_config("tiny"), 1, 65), "ctx"),
+        (lambda: memory.estimate(get_config("tiny"), 0, 32), "batch"),
+        (lambda: memory.estimate(get_config("tiny"), 1, 32, precision="fp8"), "precision"),
+        (lambda: memory.estimate(get_config("tiny"), 1, 32, precision="fp32", master_weights=True), "master"),
+        (lambda: memory.measure(get_config("tiny"), 1, 99), "ctx"),
+        (lambda: memory.memory_timeline("out.png", get_config("tiny"), 1, 8), "html"),
+    ],
+)
 def test_bad_input_gets_a_clear_error(call, what):
     with pytest.raises(ValueError, match=what):
         call()

@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from minigpt import memory
-from minigpt.recompute import CHECKPOINTING_MODES
 from minigpt.model import PRESETS
 from minigpt.plan import (
     BOOK_TABLE,
@@ -18,6 +17,7 @@ from minigpt.plan import (
     recommended_table,
     relative_step_time,
 )
+from minigpt.recompute import CHECKPOINTING_MODES
 
 # The course's example command: minigpt plan --hardware t4 --preset 125m --ctx 1024 --effective-batch 128
 EXAMPLE = dict(preset="125m", ctx=1024, effective_batch=128)
@@ -29,8 +29,7 @@ def divisors(n: int) -> list[int]:
 
 def peak(preset: str, batch: int, ctx: int, precision: str, mode: str, device: str = "cuda") -> int:
     """The predicted peak the planner compares with the budget (it passes the hardware's kind as device)."""
-    return memory.estimate(PRESETS[preset], batch, ctx, precision=precision, checkpointing=mode,
-                           device=device).peak
+    return memory.estimate(PRESETS[preset], batch, ctx, precision=precision, checkpointing=mode, device=device).peak
 
 
 def test_t4_gets_fp16_with_scaler_and_a100_gets_bf16():
@@ -94,8 +93,7 @@ def test_checkpointing_is_chosen_when_only_it_fits():
 
 def test_checkpointing_costs_about_one_extra_forward():
     cfg = PRESETS["125m"]
-    none, selective, full, sqrt = (relative_step_time(cfg, 1024, m)
-                                   for m in ("none", "selective", "full", "sqrt"))  # fmt: skip
+    none, selective, full, sqrt = (relative_step_time(cfg, 1024, m) for m in ("none", "selective", "full", "sqrt"))
     assert none == 1.0
     assert 1.0 < selective < full
     # full recomputes the blocks' forward (not the output head): just under 1 + 1/3

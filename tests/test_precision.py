@@ -40,7 +40,11 @@ def test_table_numbers_are_torch_finfo_for_every_present_dtype():
         row = rows[name]
         # exact equality: the table must copy finfo, not re-derive or round it
         assert (row["max"], row["eps"], row["smallest normal"], row["bits"]) == (
-            fi.max, fi.eps, fi.smallest_normal, fi.bits), name
+            fi.max,
+            fi.eps,
+            fi.smallest_normal,
+            fi.bits,
+        ), name
 
 
 def test_bits_add_up_and_eps_matches_mantissa():
@@ -52,8 +56,15 @@ def test_bits_add_up_and_eps_matches_mantissa():
 
 def test_known_layouts():
     rows = {row["name"]: (row["exponent bits"], row["mantissa bits"]) for row in format_rows()}
-    expected = {"fp32": (8, 23), "tf32": (8, 10), "fp16": (5, 10), "bf16": (8, 7), "fp8 e4m3fn": (4, 3),
-                "fp8 e5m2": (5, 2), "fp8 e8m0fnu": (8, 0)}
+    expected = {
+        "fp32": (8, 23),
+        "tf32": (8, 10),
+        "fp16": (5, 10),
+        "bf16": (8, 7),
+        "fp8 e4m3fn": (4, 3),
+        "fp8 e5m2": (5, 2),
+        "fp8 e8m0fnu": (8, 0),
+    }
     assert {k: rows[k] for k in expected if k in rows} == {k: v for k, v in expected.items() if k in rows}
 
 
@@ -103,7 +114,11 @@ def test_decode_minus_two_in_fp32():
 def test_decode_fp16_max_and_overflow():
     top = decode_bits(65504, torch.float16)
     assert (top.exponent_bits, top.mantissa_bits, top.kind, top.stored_value) == (
-        "11110", "1111111111", "normal", 65504.0)
+        "11110",
+        "1111111111",
+        "normal",
+        65504.0,
+    )
     over = decode_bits(65520, torch.float16)  # half-way to the next power: rounds to even = inf
     assert (over.exponent_bits, over.mantissa_bits, over.kind) == ("11111", "0000000000", "inf")
     assert over.stored_value == math.inf
@@ -128,8 +143,7 @@ def test_decode_fp8_formats():
     assert (e5m2.sign, e5m2.exponent_bits, e5m2.mantissa_bits) == (1, "10000", "00")
     if hasattr(torch, "float8_e8m0fnu"):
         e8m0 = decode_bits(0.5, "fp8 e8m0fnu")
-        assert (e8m0.sign, e8m0.exponent_bits, e8m0.mantissa_bits, e8m0.unbiased_exponent) == (
-            None, "01111110", "", -1)
+        assert (e8m0.sign, e8m0.exponent_bits, e8m0.mantissa_bits, e8m0.unbiased_exponent) == (None, "01111110", "", -1)
 
 
 def test_decode_zero_and_nan_and_bad_format():
@@ -186,7 +200,12 @@ def test_a_tie_goes_to_the_even_neighbour():
 
 def test_normalize_precision_aliases_and_errors():
     assert [normalize_precision(a) for a in ("float32", "bfloat16", "float16", "BF16", "bf16-pure")] == [
-        "fp32", "bf16", "fp16", "bf16", "bf16-pure"]
+        "fp32",
+        "bf16",
+        "fp16",
+        "bf16",
+        "bf16-pure",
+    ]
     with pytest.raises(ValueError, match="fp32, bf16, fp16, bf16-pure"):
         normalize_precision("fp8")
 
@@ -205,11 +224,15 @@ def test_check_precision_passes_on_this_cpu(name):
 
 
 def test_simulated_t4_refuses_bf16_and_names_the_alternative():
-    t4 = PrecisionFacts(device="cuda:0", precision="bf16", compute_capability=(7, 5),
-                        device_name="Tesla T4", observed_dtype=torch.bfloat16)  # emulation "works"
+    t4 = PrecisionFacts(
+        device="cuda:0",
+        precision="bf16",
+        compute_capability=(7, 5),
+        device_name="Tesla T4",
+        observed_dtype=torch.bfloat16,
+    )  # emulation "works"
     message = precision_problem(t4)
-    assert message == ("this GPU (Tesla T4, sm_75) has no bf16; use --precision fp16 (with GradScaler) "
-                       "or fp32")
+    assert message == ("this GPU (Tesla T4, sm_75) has no bf16; use --precision fp16 (with GradScaler) or fp32")
     assert precision_problem(PrecisionFacts(**{**t4.__dict__, "precision": "bf16-pure"})) == message
     fp16_on_t4 = PrecisionFacts(**{**t4.__dict__, "precision": "fp16", "observed_dtype": torch.float16})
     assert precision_problem(fp16_on_t4) is None
@@ -218,8 +241,12 @@ def test_simulated_t4_refuses_bf16_and_names_the_alternative():
 
 
 def test_autocast_ignored_is_an_error_not_a_silent_fp32_run(monkeypatch):
-    ignored = PrecisionFacts(device="mps", precision="bf16", observed_dtype=torch.float32,
-                             torch_warnings=["In MPS autocast, but the target dtype is not supported."])
+    ignored = PrecisionFacts(
+        device="mps",
+        precision="bf16",
+        observed_dtype=torch.float32,
+        torch_warnings=["In MPS autocast, but the target dtype is not supported."],
+    )
     message = precision_problem(ignored)
     assert "ignored" in message and "fp32" in message and "fp16 (with GradScaler)" in message
     assert "target dtype is not supported" in message

@@ -108,8 +108,10 @@ def test_restamping_changes_every_url():
     spec = importlib.util.spec_from_file_location("badges", ROOT / "scripts" / "badges.py")
     badges = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(badges)
-    cell = ("[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
-            "(https://colab.research.google.com/github/a/b/blob/main/chapters/01_x.ipynb)\n"
-            '!pip install -q "minigpt-course @ git+https://github.com/a/b"')
+    cell = (
+        "[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+        "(https://colab.research.google.com/github/a/b/blob/main/chapters/01_x.ipynb)\n"
+        '!pip install -q "minigpt-course @ git+https://github.com/a/b"'
+    )
     out = badges.stamp(cell, "me/course")
     assert "github/me/course/blob/main" in out and "git+https://github.com/me/course" in out and "/a/b" not in out

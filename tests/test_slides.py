@@ -19,8 +19,10 @@ def test_chapter_renders_as_a_deck_of_slides(tmp_path):
     pytest.importorskip("nbconvert", reason="slides need jupyter nbconvert (pip install -e '.[course]')")
     done = subprocess.run(
         [sys.executable, "-m", "nbconvert", "--to", "slides", str(CHAPTER), "--output-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     deck = (tmp_path / f"{CHAPTER.stem}.slides.html").read_text(encoding="utf-8")
     cells = json.loads(CHAPTER.read_text(encoding="utf-8"))["cells"]

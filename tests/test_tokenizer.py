@@ -167,8 +167,7 @@ def test_shipped_ranks_file_is_a_valid_bpe():
     for rank, token in enumerate(by_rank[256:], start=256):
         # each merged token is two earlier tokens joined: tiktoken can only reach tokens built this way
         assert any(
-            ranks.get(token[:cut], rank) < rank and ranks.get(token[cut:], rank) < rank
-            for cut in range(1, len(token))
+            ranks.get(token[:cut], rank) < rank and ranks.get(token[cut:], rank) < rank for cut in range(1, len(token))
         ), token
 
 

@@ -35,8 +35,7 @@ TOL = dict(rtol=1e-5, atol=1e-7)
 @pytest.mark.parametrize("padded", [False, True])
 def test_accumulation_parity_16x1_4x4_2x8(tiny_cfg, padded):
     model = GPT(tiny_cfg)
-    x, y = window_with_padding(tiny_cfg) if padded else (
-        torch.randint(0, 64, (16, 16)), torch.randint(0, 64, (16, 16)))
+    x, y = window_with_padding(tiny_cfg) if padded else (torch.randint(0, 64, (16, 16)), torch.randint(0, 64, (16, 16)))
     big = grads_after_window(model, x, y, micro=16)
     for micro in (4, 2):
         small = grads_after_window(model, x, y, micro=micro)
@@ -124,8 +123,12 @@ def test_bf16_autocast_tracks_fp32_over_100_steps(markov_data):
 
 
 def test_fp16_with_scaler_trains(markov_data):
-    r = train(TrainConfig(preset="tiny", precision="fp16", batch=8, ctx=32, steps=30, lr=3e-3,
-                          sample_tokens=0, verbose=False), data=markov_data)  # fmt: skip
+    r = train(
+        TrainConfig(
+            preset="tiny", precision="fp16", batch=8, ctx=32, steps=30, lr=3e-3, sample_tokens=0, verbose=False
+        ),
+        data=markov_data,
+    )
     assert all(r["scale"] is not None for r in r.history)
     assert r.losses[-1] < r.losses[0] - 0.5
 
@@ -153,8 +156,17 @@ def test_fp16_without_scaler_loses_small_gradients_and_scaler_keeps_them(tiny_cf
 def test_overflow_skips_step_halves_scale_and_freezes_schedule(markov_data, monkeypatch):
     # A scale of 2**40 makes the fp16 backward overflow: the scaler must skip and halve.
     monkeypatch.setattr(torch.amp, "GradScaler", functools.partial(torch.amp.GradScaler, init_scale=2.0**40))
-    cfg = TrainConfig(preset="tiny", precision="fp16", batch=4, ctx=32, steps=3, lr=1e-3, warmup_steps=2,
-                      sample_tokens=0, verbose=False)  # fmt: skip
+    cfg = TrainConfig(
+        preset="tiny",
+        precision="fp16",
+        batch=4,
+        ctx=32,
+        steps=3,
+        lr=1e-3,
+        warmup_steps=2,
+        sample_tokens=0,
+        verbose=False,
+    )
     before = dict(GPT(get_config("tiny"), seed=cfg.seed).named_parameters())  # train() starts from these
     r = train(cfg, data=markov_data)
     assert [h["skipped"] for h in r.history] == [True, True, True]
@@ -165,11 +177,11 @@ def test_overflow_skips_step_halves_scale_and_freezes_schedule(markov_data, monk
 
 
 def test_resume_reproduces_the_uninterrupted_run(markov_data, tmp_path):
-    common = dict(preset="tiny", batch=4, ctx=32, steps=8, dropout=0.1, sample_tokens=0, verbose=False,
-                  eval_every=4)  # fmt: skip
+    common = dict(preset="tiny", batch=4, ctx=32, steps=8, dropout=0.1, sample_tokens=0, verbose=False, eval_every=4)
     full = train(TrainConfig(out=str(tmp_path / "a"), **common), data=markov_data)
-    part = train(TrainConfig(out=str(tmp_path / "b"), **common), data=markov_data,
-                 on_step=lambda rec: rec["step"] == 3)  # "crash" after step 3 (checkpoint saved there)
+    part = train(
+        TrainConfig(out=str(tmp_path / "b"), **common), data=markov_data, on_step=lambda rec: rec["step"] == 3
+    )  # "crash" after step 3 (checkpoint saved there)
     assert len(part.history) == 3
     resumed = train(TrainConfig(out=str(tmp_path / "b"), resume=True, **common), data=markov_data)
     assert resumed.losses == full.losses  # exactly equal, not approximately

@@ -22,9 +22,7 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("MINIGPT_CACHE") or Path.home() / ".cache" / "minigpt")
 
 
-def builtin_corpus_path(
-    num_chars: int = DEFAULT_CORPUS_CHARS, seed: int = 0, cache_dir: Path | None = None
-) -> Path:
+def builtin_corpus_path(num_chars: int = DEFAULT_CORPUS_CHARS, seed: int = 0, cache_dir: Path | None = None) -> Path:
     """Write the generated corpus to a cache file once (atomically) and return its path.
 
     A file already there is reused; it is written to a temp file first and renamed, so no reader ever

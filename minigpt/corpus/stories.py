@@ -149,14 +149,56 @@ class StoryTeller:
         self.random = rng.random
         # The order of these tuples is part of the corpus: `pick` draws an index, so reordering them changes
         # the text (bump CORPUS_VERSION in corpus/__init__.py). e_chat is listed twice: it comes up twice as often.
-        self.arcs = (self.lost_thing, self.journey, self.making, self.storm, self.market, self.quarrel,
-                     self.lesson, self.noise, self.hurt_animal, self.race, self.letter, self.cooking)
-        self.events = (self.e_handle, self.e_animal, self.e_weather, self.e_feeling, self.e_food,
-                       self.e_count, self.e_smell, self.e_walk, self.e_creature, self.e_together,
-                       self.e_memory, self.e_habit, self.e_describe, self.e_wish, self.e_give, self.e_price,
-                       self.e_age, self.e_could, self.e_clothes, self.e_chat, self.e_chat, self.e_why,
-                       self.e_busy, self.e_time, self.e_did_not, self.e_crowd, self.e_tend, self.e_while,
-                       self.e_where, self.e_garden, self.e_tree, self.e_ouch, self.e_sky, self.e_ride)
+        self.arcs = (
+            self.lost_thing,
+            self.journey,
+            self.making,
+            self.storm,
+            self.market,
+            self.quarrel,
+            self.lesson,
+            self.noise,
+            self.hurt_animal,
+            self.race,
+            self.letter,
+            self.cooking,
+        )
+        self.events = (
+            self.e_handle,
+            self.e_animal,
+            self.e_weather,
+            self.e_feeling,
+            self.e_food,
+            self.e_count,
+            self.e_smell,
+            self.e_walk,
+            self.e_creature,
+            self.e_together,
+            self.e_memory,
+            self.e_habit,
+            self.e_describe,
+            self.e_wish,
+            self.e_give,
+            self.e_price,
+            self.e_age,
+            self.e_could,
+            self.e_clothes,
+            self.e_chat,
+            self.e_chat,
+            self.e_why,
+            self.e_busy,
+            self.e_time,
+            self.e_did_not,
+            self.e_crowd,
+            self.e_tend,
+            self.e_while,
+            self.e_where,
+            self.e_garden,
+            self.e_tree,
+            self.e_ouch,
+            self.e_sky,
+            self.e_ride,
+        )
 
     # -- random choices ------------------------------------------------------------------------------
     def pick(self, items: Sequence[T]) -> T:
@@ -256,13 +298,13 @@ class StoryTeller:
         h, f, r = self.h, self.f, self.random()
         home = f"{_a(self.common(SIZES))} {self.common(HOMES)} {self.pick(NEAR)} the {self.place()}"
         if r < 0.25:
-            first = (f"{self.common(LONG_AGO)}, {_a(h.trait + ' ' + h.role)} named {self.full_name(h)} lived "
-                     f"in {home}.")
+            first = f"{self.common(LONG_AGO)}, {_a(h.trait + ' ' + h.role)} named {self.full_name(h)} lived in {home}."
         elif r < 0.5:
             first = f"{h.name} was {_a(h.trait + ' ' + h.role)} who lived in {home} in {self.town}."
         elif r < 0.75:
-            first = (f"In the {self.common(PLACE_ADJECTIVES)} town of {self.town}, there lived "
-                     f"{_a(h.role)} called {h.name}.")
+            first = (
+                f"In the {self.common(PLACE_ADJECTIVES)} town of {self.town}, there lived {_a(h.role)} called {h.name}."
+            )
         else:
             morning = self.pick(["One morning", "Early one morning", f"One {self.pick(SEASONS)} morning"])
             first = f"{morning}, {h.name} the {h.role} woke up early in {self.town}."
@@ -272,15 +314,18 @@ class StoryTeller:
         elif r < 0.65:
             second = f"{f.name}, {_a(f.trait)} {f.role}, lived next door."
         else:
-            second = (f"Every {self.pick(DAYS)}, {h.he} visited {h.his} friend {f.name}, who worked as "
-                      f"{_a(f.role)}.")
+            second = f"Every {self.pick(DAYS)}, {h.he} visited {h.his} friend {f.name}, who worked as {_a(f.role)}."
         parts = [first, second]
         if self.pet:
-            parts.append(f"{h.He} had {_a(self.common(TRAITS) + ' ' + self.pet.role)} named {self.pet.name}, "
-                         f"who followed {h.him} everywhere.")
+            parts.append(
+                f"{h.He} had {_a(self.common(TRAITS) + ' ' + self.pet.role)} named {self.pet.name}, "
+                f"who followed {h.him} everywhere."
+            )
         if self.chance(0.5):
-            parts.append(f"{h.He} was {h.trait} and {self.common(TRAITS)}, and {h.he} loved "
-                         f"{self.common(OBJS) if self.chance(0.5) else self.common(FOODS_PL)}.")
+            parts.append(
+                f"{h.He} was {h.trait} and {self.common(TRAITS)}, and {h.he} loved "
+                f"{self.common(OBJS) if self.chance(0.5) else self.common(FOODS_PL)}."
+            )
         return " ".join(parts)
 
     def ending(self) -> str:
@@ -326,10 +371,12 @@ class StoryTeller:
             f"some {food}, {_a(self.thing())} and {h.his} {self.obj} in a bag.",
             self.line(f, "Can I come with you", "?"),
             self.line(h, f"Of course, {f.name}. It is a long way to {dest}"),
-            self.then_events(f"They {self.common(TRAVEL)[PAST]} along the {self.place()} for "
-                             f"{_number(self.between(2, 9))} hours.", 1, 3),
-            f"On the way, they met {_a(stranger.trait + ' ' + stranger.role)} named "
-            f"{self.full_name(stranger)}.",
+            self.then_events(
+                f"They {self.common(TRAVEL)[PAST]} along the {self.place()} for {_number(self.between(2, 9))} hours.",
+                1,
+                3,
+            ),
+            f"On the way, they met {_a(stranger.trait + ' ' + stranger.role)} named {self.full_name(stranger)}.",
             self.line(stranger, f"Where are you going with that {self.obj}", "?"),
             self.line(h, f"We are going to {dest}"),
             f"When they finally reached {dest}, the sun was {self.pick(['rising', 'setting', 'high'])} "
@@ -347,8 +394,7 @@ class StoryTeller:
             f"{_a(self.common(OBJECT_ADJECTIVES) + ' ' + self.obj)} for it. {h.He} gathered {material}, "
             f"{self.common(MATERIALS)} and {self.common(MATERIALS)}.",
             self.then_events(f"Every evening {h.he} worked in {h.his} {self.common(HOMES)}.", 1, 2),
-            f"Then, {self.some(('day',), ('days',), 1, days - 1)} before the {event}, {h.he} ran out of "
-            f"{material}.",
+            f"Then, {self.some(('day',), ('days',), 1, days - 1)} before the {event}, {h.he} ran out of {material}.",
             self.line(h, "What will I do now", "?"),
             self.line(f, f"I have some {material}. You can {verb[BASE]} it with mine"),
             f"Together they finished the {self.obj}. At the {event}, everyone said it was the "
@@ -394,8 +440,12 @@ class StoryTeller:
             f"{self.common(QUALITIES)}, but {h.name} said it was {self.common(QUALITIES)}.",
             self.line(f, "You never listen to me", "!"),
             self.line(h, f"And you always {self.common(HANDLE)[BASE]} my {self.common(OBJ)}", "!"),
-            self.then_events(f"{f.name} went home and did not {self.pick(['speak', 'talk', 'play'])} with "
-                             f"{h.name} for {_number(self.between(2, 7))} days.", 1, 2),
+            self.then_events(
+                f"{f.name} went home and did not {self.pick(['speak', 'talk', 'play'])} with "
+                f"{h.name} for {_number(self.between(2, 7))} days.",
+                1,
+                2,
+            ),
             f"The next morning, {h.name} {self.common(TRAVEL)[PAST]} to {f.name}'s {self.common(HOMES)} "
             f"with {_a(self.common(FOOD))}.",
             self.line(h, "I am sorry. I was wrong"),
@@ -427,8 +477,9 @@ class StoryTeller:
             f"Every night, {h.name} heard a strange {sound} coming from the {place}.",
             self.line(h, f"What is that {sound}", "?"),
             self.line(f, f"Maybe it is {_a(self.common(ANIMAL))}. Or maybe it is the {self.common(OBJ)}"),
-            self.then_events(f"So one night they {self.common(TRAVEL)[PAST]} to the {place} with "
-                             f"{_a(self.common(OBJ))}.", 0, 2),
+            self.then_events(
+                f"So one night they {self.common(TRAVEL)[PAST]} to the {place} with {_a(self.common(OBJ))}.", 0, 2
+            ),
             f"Behind the {self.common(FURN)} they found {self.some(ANIMAL, ANIMALS_PL, 1, 6)} and "
             f"{_a(ANIMAL[animal])} {self.common(DO)[ING]} in the dark.",
             self.line(f, f"So that was the {sound}", "!"),
@@ -458,8 +509,9 @@ class StoryTeller:
             f"There was a race to the {place} in {self.town}, and {_number(runners)} people joined it.",
             self.line(f, f"I will win this race, {h.name}", "!"),
             self.line(h, "We will see about that"),
-            self.then_events(f"They {self.common(TRAVEL)[PAST]} past the {self.place()} and over the "
-                             f"{self.place()}.", 0, 2),
+            self.then_events(
+                f"They {self.common(TRAVEL)[PAST]} past the {self.place()} and over the {self.place()}.", 0, 2
+            ),
             f"{h.name} came {ORDINALS[place_h - 1]}, and {f.name} came {ORDINALS[place_f - 1]}.",
             self.line(h if place_h <= place_f else f, "Next year I will be even faster"),
         ]
@@ -470,8 +522,8 @@ class StoryTeller:
         return [
             f"{self.when()}, {h.name} received a letter from {h.his} {relative} in {town}.",
             f'It said: "Dear {h.name}, I am sending you my old {self.obj}. Please '
-            f'{self.common(HANDLE)[BASE]} it every {self.pick(DAYS)}. The {self.common(PLACE)} here is '
-            f'{self.common(PLACE_ADJECTIVES)} and the {self.common(ANIMALS_PL)} are '
+            f"{self.common(HANDLE)[BASE]} it every {self.pick(DAYS)}. The {self.common(PLACE)} here is "
+            f"{self.common(PLACE_ADJECTIVES)} and the {self.common(ANIMALS_PL)} are "
             f'{self.common(QUALITIES)}. With love, your {relative}."',
             f"{h.name} read the letter {_number(self.between(2, 9))} times.",
             self.event_paragraph(1, 2),
@@ -505,15 +557,18 @@ class StoryTeller:
         return f"The sun {self.pick(['shone', 'set', 'rose', 'came out'])} over the {self.place()}."
 
     def e_sky(self) -> str:
-        return (f"That {self.pick(PARTS_OF_DAY)}, the {self.common(SKY)} over {self.town} looked "
-                f"{self.common(QUALITIES)}.")
+        return (
+            f"That {self.pick(PARTS_OF_DAY)}, the {self.common(SKY)} over {self.town} looked {self.common(QUALITIES)}."
+        )
 
     def e_smell(self) -> str:
         return f"The {self.place()} smelled of {self.common(FOOD_MASS)} and {self.common(MATERIALS)}."
 
     def e_time(self) -> str:
-        return (f"At {_number(self.between(1, 12))} o'clock, the {self.common(ROLE)} "
-                f"{self.common(HANDLE)[PAST]} the {self.common(OBJS)}.")
+        return (
+            f"At {_number(self.between(1, 12))} o'clock, the {self.common(ROLE)} "
+            f"{self.common(HANDLE)[PAST]} the {self.common(OBJS)}."
+        )
 
     def e_crowd(self) -> str:
         return f"{_cap(self.some(ROLE, ROLES_PL, 2, 9))} were {self.common(DO)[ING]} in the {self.place()}."
@@ -524,8 +579,10 @@ class StoryTeller:
         return f"The {self.common(ANIMAL)} {self.common(verbs)[PAST]} {self.common(ADVERBS)}."
 
     def e_creature(self) -> str:
-        return (f"{_cap(_a(self.common(ANIMAL_ADJECTIVES)))} {self.common(ANIMAL)} was "
-                f"{self.common(DO)[ING]} near the {self.place()}.")
+        return (
+            f"{_cap(_a(self.common(ANIMAL_ADJECTIVES)))} {self.common(ANIMAL)} was "
+            f"{self.common(DO)[ING]} near the {self.place()}."
+        )
 
     def e_tend(self) -> str:
         c = self.h if self.chance(0.6) else self.f
@@ -538,16 +595,17 @@ class StoryTeller:
     def e_garden(self) -> str:
         i = int(len(FLOWER) * self.random() ** 2)
         if self.chance(0.5):
-            return (f"The {FLOWERS_PL[i]} by the {self.place()} were {self.common(COLORS)} and "
-                    f"{self.pick(BLOOMS)}.")
+            return f"The {FLOWERS_PL[i]} by the {self.place()} were {self.common(COLORS)} and {self.pick(BLOOMS)}."
         c = self.h if self.chance(0.6) else self.f
         flowers = self.some(FLOWER, FLOWERS_PL, 1, 12)
         return f"{self.who(c)} picked {flowers} for {c.his} {self.common(RELATIVES)}."
 
     def e_tree(self) -> str:
         c = self.h if self.chance(0.6) else self.f
-        return (f"{self.who(c)} {self.common(DO)[PAST]} under the {self.common(SIZES)} {self.common(TREES)} "
-                f"tree near the {self.place()}.")
+        return (
+            f"{self.who(c)} {self.common(DO)[PAST]} under the {self.common(SIZES)} {self.common(TREES)} "
+            f"tree near the {self.place()}."
+        )
 
     # -- events where the hero or the friend goes somewhere, feels or does something -------------------
     def e_walk(self) -> str:
@@ -561,18 +619,18 @@ class StoryTeller:
         return f"{self.who(c)} {self.common(DO)[PAST]} {self.pick(AT)} the {self.place()} for a while."
 
     def e_ride(self) -> str:
-        return (f"{self.h.name} and {self.f.name} took the {self.common(VEHICLE)} to the {self.place()} and "
-                f"back.")
+        return f"{self.h.name} and {self.f.name} took the {self.common(VEHICLE)} to the {self.place()} and back."
 
     def e_together(self) -> str:
-        return (f"{self.h.name} and {self.f.name} {self.common(DO)[PAST]} together until "
-                f"{self.pick(PARTS_OF_DAY)}.")
+        return f"{self.h.name} and {self.f.name} {self.common(DO)[PAST]} together until {self.pick(PARTS_OF_DAY)}."
 
     def e_while(self) -> str:
         a, b = (self.h, self.f) if self.chance(0.5) else (self.f, self.h)
         b = self.pet or b
-        return (f"While {a.name} was {self.common(COOK)[ING]} the {self.common(FOODS_PL)}, {b.name} "
-                f"{self.common(DO)[PAST]} {self.common(ADVERBS)}.")
+        return (
+            f"While {a.name} was {self.common(COOK)[ING]} the {self.common(FOODS_PL)}, {b.name} "
+            f"{self.common(DO)[PAST]} {self.common(ADVERBS)}."
+        )
 
     def e_busy(self) -> str:
         c = self.pet or self.f
@@ -588,48 +646,60 @@ class StoryTeller:
 
     def e_clothes(self) -> str:
         c = self.h if self.chance(0.6) else self.f
-        return (f"{self.who(c)} put on {c.his} {self.common(COLORS)} {self.common(CLOTHES)}, because it was "
-                f"{self.pick(WEATHER)}.")
+        return (
+            f"{self.who(c)} put on {c.his} {self.common(COLORS)} {self.common(CLOTHES)}, because it was "
+            f"{self.pick(WEATHER)}."
+        )
 
     def e_ouch(self) -> str:
         c = self.h if self.chance(0.6) else self.f
-        return (f"{self.who(c)} bumped {c.his} {self.common(PEOPLE_PARTS)} on the {self.common(FURN)} and "
-                f"{self.common(DO)[PAST]}.")
+        return (
+            f"{self.who(c)} bumped {c.his} {self.common(PEOPLE_PARTS)} on the {self.common(FURN)} and "
+            f"{self.common(DO)[PAST]}."
+        )
 
     def e_food(self) -> str:
         c = self.h if self.chance(0.6) else self.f
-        return (f"{self.who(c)} {self.common(COOK)[PAST]} {_a(self.common(FOOD))} and "
-                f"{self.common(COOK)[PAST]} {self.some(FOOD, FOODS_PL, 2, 20)}.")
+        return (
+            f"{self.who(c)} {self.common(COOK)[PAST]} {_a(self.common(FOOD))} and "
+            f"{self.common(COOK)[PAST]} {self.some(FOOD, FOODS_PL, 2, 20)}."
+        )
 
     # -- events with things: the story's key object and others -----------------------------------------
     def e_handle(self) -> str:
         c = self.h if self.chance(0.6) else self.f
-        return (f"{self.who(c)} {self.common(HANDLE)[PAST]} the {self.thing()} {self.pick(ON_FURNITURE)} "
-                f"the {self.common(FURN)}.")
+        return (
+            f"{self.who(c)} {self.common(HANDLE)[PAST]} the {self.thing()} {self.pick(ON_FURNITURE)} "
+            f"the {self.common(FURN)}."
+        )
 
     def e_give(self) -> str:
         a, b = (self.h, self.f) if self.chance(0.5) else (self.f, self.h)
-        return (f"{a.name} {self.pick(['gave', 'handed', 'showed', 'passed'])} the {self.thing()} to "
-                f"{b.name}, who {self.common(HANDLE)[PAST]} it {self.common(ADVERBS)}.")
+        return (
+            f"{a.name} {self.pick(['gave', 'handed', 'showed', 'passed'])} the {self.thing()} to "
+            f"{b.name}, who {self.common(HANDLE)[PAST]} it {self.common(ADVERBS)}."
+        )
 
     def e_habit(self) -> str:
         c = self.h if self.chance(0.5) else self.f
-        return (f"Every {self.pick(DAYS)}, {c.name} {self.common(HANDLE)[PAST]} the {self.common(OBJ)} for "
-                f"{c.his} {self.common(RELATIVES)}.")
+        return (
+            f"Every {self.pick(DAYS)}, {c.name} {self.common(HANDLE)[PAST]} the {self.common(OBJ)} for "
+            f"{c.his} {self.common(RELATIVES)}."
+        )
 
     def e_wish(self) -> str:
         c = self.h if self.chance(0.6) else self.f
-        return (f"{c.name} wanted to {self.common(HANDLE)[BASE]} the {self.obj}, but {c.he} was too "
-                f"{self.common(EMOTIONS)}.")
+        return (
+            f"{c.name} wanted to {self.common(HANDLE)[BASE]} the {self.obj}, but {c.he} was too "
+            f"{self.common(EMOTIONS)}."
+        )
 
     def e_did_not(self) -> str:
         c = self.h if self.chance(0.6) else self.f
-        return (f"{self.who(c)} did not {self.common(HANDLE)[BASE]} the {self.obj} "
-                f"{self.common(OTHER_ADVERBS)}.")
+        return f"{self.who(c)} did not {self.common(HANDLE)[BASE]} the {self.obj} {self.common(OTHER_ADVERBS)}."
 
     def e_describe(self) -> str:
-        return (f"The {self.obj} was {self.common(QUALITIES)}, {self.common(QUALITIES)} and "
-                f"{self.common(QUALITIES)}.")
+        return f"The {self.obj} was {self.common(QUALITIES)}, {self.common(QUALITIES)} and {self.common(QUALITIES)}."
 
     def e_count(self) -> str:
         n = self.between(1, 25)
@@ -638,42 +708,52 @@ class StoryTeller:
         return f"On the {self.common(FURN)} there {'was' if n == 1 else 'were'} {what}."
 
     def e_price(self) -> str:
-        return (f"{self.who(self.h)} paid {self.between(2, 99)} coins for {_a(self.thing())} at the "
-                f"{self.place()}.")
+        return f"{self.who(self.h)} paid {self.between(2, 99)} coins for {_a(self.thing())} at the {self.place()}."
 
     def e_memory(self) -> str:
         c = self.h
-        return (f"{self.who(c)} remembered the {self.pick(SEASONS)} when {c.he} had "
-                f"{self.common(HANDLE)[PARTICIPLE]} {_a(self.thing())}.")
+        return (
+            f"{self.who(c)} remembered the {self.pick(SEASONS)} when {c.he} had "
+            f"{self.common(HANDLE)[PARTICIPLE]} {_a(self.thing())}."
+        )
 
     # -- events in dialogue ----------------------------------------------------------------------------
     def e_chat(self) -> str:
         a, b = (self.h, self.f) if self.chance(0.5) else (self.f, self.h)
         r = self.random()
         if r < 0.2:
-            said = self.line(a, f"{self.pick(INTERJECTIONS)}, the {self.place()} is so "
-                                f"{self.common(PLACE_ADJECTIVES)} today", "!")
+            said = self.line(
+                a, f"{self.pick(INTERJECTIONS)}, the {self.place()} is so {self.common(PLACE_ADJECTIVES)} today", "!"
+            )
         elif r < 0.4:
-            said = self.line(a, f"My {self.common(RELATIVES)} {self.common(HANDLE)[THIRD]} the "
-                                f"{self.common(OBJS)} every {self.pick(DAYS)}")
+            said = self.line(
+                a,
+                f"My {self.common(RELATIVES)} {self.common(HANDLE)[THIRD]} the "
+                f"{self.common(OBJS)} every {self.pick(DAYS)}",
+            )
         elif r < 0.6:
             done = self.common(HANDLE)[PARTICIPLE]
             said = self.line(a, f"I have never {done} {_a(self.thing())} like this")
         elif r < 0.8:
             said = self.line(a, f"Are you {self.common(HANDLE)[ING]} the {self.common(OBJ)}, {b.name}", "?")
         elif r < 0.9:
-            said = self.line(a, f"{b.name}, your {self.common(ANIMAL)} {self.common(DO)[THIRD]} every "
-                                f"{self.pick(PARTS_OF_DAY)}")
+            said = self.line(
+                a, f"{b.name}, your {self.common(ANIMAL)} {self.common(DO)[THIRD]} every {self.pick(PARTS_OF_DAY)}"
+            )
         else:
-            said = self.line(a, f"Let's {self.common(TRAVEL)[BASE]} to the {self.place()} before "
-                                f"{self.pick(PARTS_OF_DAY)}")
+            said = self.line(
+                a, f"Let's {self.common(TRAVEL)[BASE]} to the {self.place()} before {self.pick(PARTS_OF_DAY)}"
+            )
         return said
 
     def e_why(self) -> str:
         a, b = (self.h, self.f) if self.chance(0.5) else (self.f, self.h)
         thing = self.common(OBJ)
-        return (self.line(a, f"Why is the {thing} so {self.common(QUALITIES)}", "?") + " "
-                + self.line(b, f"Because I {self.common(HANDLE)[PAST]} it {self.common(OTHER_ADVERBS)}"))
+        return (
+            self.line(a, f"Why is the {thing} so {self.common(QUALITIES)}", "?")
+            + " "
+            + self.line(b, f"Because I {self.common(HANDLE)[PAST]} it {self.common(OTHER_ADVERBS)}")
+        )
 
 
 def check_num_chars(num_chars: int) -> None:

@@ -366,9 +366,12 @@ ASK_VERBS = "asked asked asked asked wondered whispered called inquired begged".
 SHOUT_VERBS = "shouted cried exclaimed yelled called cheered gasped laughed squealed boomed".split()
 
 LONG_AGO = "Once upon a time|Long ago|Many years ago|Not long ago|A long time ago|Once".split("|")
-WHEN = LONG_AGO + """One morning|One evening|One afternoon|One day|Early one morning|Late one night|At dawn
+WHEN = (
+    LONG_AGO
+    + """One morning|One evening|One afternoon|One day|Early one morning|Late one night|At dawn
 |At the end of the summer|On the first day of spring|Just before winter|On a quiet afternoon|Last year
 |In the middle of the night""".replace("\n", "").split("|")
+)
 DAYS = "Monday Tuesday Wednesday Thursday Friday Saturday Sunday".split()
 MONTHS = "January February March April May June July August September October November December".split()
 SEASONS = "spring summer autumn winter".split()

@@ -66,10 +66,17 @@ class MemoryBreakdown:
 
     def rows(self) -> list[tuple[str, int]]:
         """(name, bytes) rows for tabulate: the terms, static, each moment of the step, and the peak."""
-        terms = [(f.name, getattr(self, f.name)) for f in fields(self)
-                 if f.name != "moments" and getattr(self, f.name) is not None]
-        return [*terms, ("static", self.static), *((f"at {k}", v) for k, v in self.moments.items()),
-                ("peak", self.peak)]
+        terms = [
+            (f.name, getattr(self, f.name))
+            for f in fields(self)
+            if f.name != "moments" and getattr(self, f.name) is not None
+        ]
+        return [
+            *terms,
+            ("static", self.static),
+            *((f"at {k}", v) for k, v in self.moments.items()),
+            ("peak", self.peak),
+        ]
 
     def to_dict(self) -> dict:
         """JSON-ready: every field in bytes, plus static and peak."""
@@ -98,9 +105,17 @@ def static_table() -> list[dict]:
     for name, precision, master, note in regimes:
         b = static_bytes_per_param(precision, master_weights=master)
         rows.append({"regime": name, **b, "note": note})
-    rows.append({"regime": "'12 + 2 = 14' framing", "weights": 2, "master_weights": 4, "grads": 0,
-                 "optimizer": 8, "total": 14,
-                 "note": "forgets the gradients: +4 fp32 -> 18, or +2 bf16 -> 16"})
+    rows.append(
+        {
+            "regime": "'12 + 2 = 14' framing",
+            "weights": 2,
+            "master_weights": 4,
+            "grads": 0,
+            "optimizer": 8,
+            "total": 14,
+            "note": "forgets the gradients: +4 fp32 -> 18, or +2 bf16 -> 16",
+        }
+    )
     return rows
 
 
@@ -131,8 +146,12 @@ class _Widths:
 def _widths(precision: str) -> _Widths:
     p = normalize_precision(precision)
     pure = p == "bf16-pure"
-    return _Widths(compute=4 if p == "fp32" else 2, residual=2 if pure else 4, model=2 if pure else 4,
-                   autocast=autocast_dtype(p) is not None)
+    return _Widths(
+        compute=4 if p == "fp32" else 2,
+        residual=2 if pure else 4,
+        model=2 if pure else 4,
+        autocast=autocast_dtype(p) is not None,
+    )
 
 
 def _device_type(device: torch.device | str) -> str:
@@ -210,12 +229,18 @@ def _selective_rows(cfg: ModelConfig, ctx: int, w: _Widths, device: str) -> list
     C, H, nh, a = cfg.n_embd, cfg.mlp_hidden, cfg.n_head, w.compute
     rows = [("block input (kept by checkpoint)", w.residual * C, 0), ("qkv matmul output", 3 * a * C, 0)]
     if cfg.dropout > 0 and device != "cuda":  # math-path attention: two bmm outputs, in fp32
-        rows += [("q @ k^T scores (bmm output), T per head", 4 * nh * ctx, 0),
-                 ("probabilities @ v (bmm output), fp32", 4 * C, 0)]
+        rows += [
+            ("q @ k^T scores (bmm output), T per head", 4 * nh * ctx, 0),
+            ("probabilities @ v (bmm output), fp32", 4 * C, 0),
+        ]
     else:
         rows += [("attention output", a * C, 0), ("attention logsumexp", 4 * nh, 0)]
-    return rows + [("proj matmul output", a * C, 0), ("gate matmul output", a * H, 0),
-                   ("up matmul output", a * H, 0), ("down matmul output", a * C, 0)]
+    return rows + [
+        ("proj matmul output", a * C, 0),
+        ("gate matmul output", a * H, 0),
+        ("up matmul output", a * H, 0),
+        ("down matmul output", a * C, 0),
+    ]
 
 
 def _outside_rows(cfg: ModelConfig, w: _Widths, device: str) -> list[tuple[str, int, int]]:
@@ -236,7 +261,11 @@ def _outside_rows(cfg: ModelConfig, w: _Widths, device: str) -> list[tuple[str, 
 
 
 def activation_table(
-    model_cfg: ModelConfig, batch: int, ctx: int, precision: str = "fp32", checkpointing: str = "none",
+    model_cfg: ModelConfig,
+    batch: int,
+    ctx: int,
+    precision: str = "fp32",
+    checkpointing: str = "none",
     device: torch.device | str = "cuda",
 ) -> list[dict]:
     """Every tensor the training forward keeps for backward: one row each, with its bytes per token.
@@ -253,16 +282,28 @@ def activation_table(
         kept = [("block input (kept by checkpoint)", w.residual * model_cfg.n_embd, 0)]
         groups = [("each block", L, kept)]
     elif mode == "sqrt":
-        groups = [("each segment", len(sqrt_segments(L)),
-                   [("segment input (kept by checkpoint)", w.residual * model_cfg.n_embd, 0)])]
+        groups = [
+            (
+                "each segment",
+                len(sqrt_segments(L)),
+                [("segment input (kept by checkpoint)", w.residual * model_cfg.n_embd, 0)],
+            )
+        ]
     else:
         groups = [("each block", L, _selective_rows(model_cfg, ctx, w, dev))]
     groups.append(("outside the blocks", 1, _outside_rows(model_cfg, w, dev)))
     tokens = batch * ctx
     return [
-        {"part": part, "tensor": name, "per_token": per_token, "fixed": fixed, "count": count,
-         "bytes": count * (per_token * tokens + fixed)}
-        for part, count, rows in groups for name, per_token, fixed in rows
+        {
+            "part": part,
+            "tensor": name,
+            "per_token": per_token,
+            "fixed": fixed,
+            "count": count,
+            "bytes": count * (per_token * tokens + fixed),
+        }
+        for part, count, rows in groups
+        for name, per_token, fixed in rows
     ]
 
 
@@ -372,8 +413,9 @@ class _Transients:
         return max(lm_head, block, embedding)
 
 
-def _transients(cfg: ModelConfig, batch: int, ctx: int, precision: str, mode: str, master_weights: bool,
-                device: str) -> _Transients:
+def _transients(
+    cfg: ModelConfig, batch: int, ctx: int, precision: str, mode: str, master_weights: bool, device: str
+) -> _Transients:
     w, tokens, V, C = _widths(precision), batch * ctx, cfg.vocab_size, cfg.n_embd
     # AdamW's state has the trained parameters' dtype. Its temporaries: foreach (CUDA) makes one per
     # parameter of the decay group (sqrt of exp_avg_sq); the single-tensor loop elsewhere makes two of
@@ -405,8 +447,7 @@ def _always_alive(cfg: ModelConfig, w: _Widths, device: str, weights: int, optim
     return weights + optimizer + rope_tables + (CUDA_LIBRARY_WORKSPACE if device == "cuda" else step_counters)
 
 
-def _backward_through_blocks(cfg: ModelConfig, w: _Widths, mode: str, t: _Transients,
-                             kept_per_region: int) -> int:
+def _backward_through_blocks(cfg: ModelConfig, w: _Widths, mode: str, t: _Transients, kept_per_region: int) -> int:
     """The worst region of backward through the blocks, which goes one region at a time from the top.
 
     At region i: the regions below it (it included) still hold their activations, the gradients of the
@@ -418,14 +459,15 @@ def _backward_through_blocks(cfg: ModelConfig, w: _Widths, mode: str, t: _Transi
     worst = 0
     for i, blocks in enumerate(regions):
         activations_left = (i + 1) * kept_per_region
-        grads_above = w.model * (_block_params(cfg) * sum(regions[i + 1:]) + cfg.n_embd)  # + final norm's gain
+        grads_above = w.model * (_block_params(cfg) * sum(regions[i + 1 :]) + cfg.n_embd)  # + final norm's gain
         copies = copies_per_block * (sum(regions[: i + 1]) if mode == "none" else blocks)
         worst = max(worst, activations_left + grads_above + t.recomputed[i] + t.block_backward + copies)
     return worst
 
 
-def _moments(cfg: ModelConfig, tokens: int, w: _Widths, mode: str, t: _Transients, rows: list[dict],
-             always: int, gradients: int) -> dict[str, int]:
+def _moments(
+    cfg: ModelConfig, tokens: int, w: _Widths, mode: str, t: _Transients, rows: list[dict], always: int, gradients: int
+) -> dict[str, int]:
     """Live bytes at the worst point of each phase of the step (the phases measure() marks)."""
     V, C = cfg.vocab_size, cfg.n_embd
     activations = sum(r["bytes"] for r in rows)
@@ -442,27 +484,46 @@ def _moments(cfg: ModelConfig, tokens: int, w: _Widths, mode: str, t: _Transient
         # at the loss: every activation, all weight copies (autocast's cache), the logits and their fp32 upcast
         "forward": always + activations + t.weight_copies + t.logits_held + t.logits_upcast,
         # cross-entropy's two (N, V) gradients; or, a little later, the logits' gradient and lm_head's
-        "backward: loss head": always + activations + lm_head_copy + block_copies + t.logits_held + max(
-            t.loss_grads, t.logits_grad - saved_log_softmax + t.tied_embedding_grad + t.lm_head_grad_16bit),
+        "backward: loss head": always
+        + activations
+        + lm_head_copy
+        + block_copies
+        + t.logits_held
+        + max(t.loss_grads, t.logits_grad - saved_log_softmax + t.tied_embedding_grad + t.lm_head_grad_16bit),
         # lm_head's gradient of the tied embedding waits for the embedding's
-        "backward: blocks": always + t.logits_held + t.tied_embedding_grad + embedding_saved
+        "backward: blocks": always
+        + t.logits_held
+        + t.tied_embedding_grad
+        + embedding_saved
         + _backward_through_blocks(cfg, w, mode, t, kept_per_region),
         # the embedding's gradient, lm_head's, and their sum (the .grad, counted in model_grads)
-        "backward: embedding": always + model_grads + 2 * t.tied_embedding_grad + t.grad_into_embedding
-        + t.logits_held,
+        "backward: embedding": always + model_grads + 2 * t.tied_embedding_grad + t.grad_into_embedding + t.logits_held,
         "optimizer": always + gradients + t.optimizer_step,
     }
 
 
-def _predict(cfg: ModelConfig, batch: int, ctx: int, precision: str, mode: str, master_weights: bool,
-             device: str, static: tuple[int, int, int], rows: list[dict]) -> dict:
+def _predict(
+    cfg: ModelConfig,
+    batch: int,
+    ctx: int,
+    precision: str,
+    mode: str,
+    master_weights: bool,
+    device: str,
+    static: tuple[int, int, int],
+    rows: list[dict],
+) -> dict:
     """The transient fields and the moments of MemoryBreakdown, in bytes, from the config."""
     w, (weights, gradients, optimizer) = _widths(precision), static
     t = _transients(cfg, batch, ctx, precision, mode, master_weights, device)
     always = _always_alive(cfg, w, device, weights, optimizer)
-    return {"logits": t.logits, "activation_grads": t.activation_grads, "weight_copies": t.weight_copies,
-            "optimizer_step": t.optimizer_step,
-            "moments": _moments(cfg, batch * ctx, w, mode, t, rows, always, gradients)}
+    return {
+        "logits": t.logits,
+        "activation_grads": t.activation_grads,
+        "weight_copies": t.weight_copies,
+        "optimizer_step": t.optimizer_step,
+        "moments": _moments(cfg, batch * ctx, w, mode, t, rows, always, gradients),
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -480,14 +541,18 @@ def check_shape(cfg: ModelConfig, batch: int, ctx: int) -> None:
 def check_mode(checkpointing: str) -> str:
     """Return `checkpointing` if it is one of CHECKPOINTING_MODES, else raise ValueError."""
     if checkpointing not in CHECKPOINTING_MODES:
-        raise ValueError(
-            f"unknown checkpointing {checkpointing!r}; choose one of: {', '.join(CHECKPOINTING_MODES)}")
+        raise ValueError(f"unknown checkpointing {checkpointing!r}; choose one of: {', '.join(CHECKPOINTING_MODES)}")
     return checkpointing
 
 
 def estimate(
-    model_cfg: ModelConfig, batch: int, ctx: int, precision: str = "fp32", checkpointing: str = "none",
-    master_weights: bool = False, device: torch.device | str = "cuda",
+    model_cfg: ModelConfig,
+    batch: int,
+    ctx: int,
+    precision: str = "fp32",
+    checkpointing: str = "none",
+    master_weights: bool = False,
+    device: torch.device | str = "cuda",
 ) -> MemoryBreakdown:
     """Predicted memory of one training step, from the config alone (no tensor is made).
 
@@ -500,7 +565,10 @@ def estimate(
     rows = activation_table(model_cfg, batch, ctx, precision, checkpointing, dev)
     weights, gradients, optimizer = static
     return MemoryBreakdown(
-        weights=weights, gradients=gradients, optimizer=optimizer, activations=sum(r["bytes"] for r in rows),
+        weights=weights,
+        gradients=gradients,
+        optimizer=optimizer,
+        activations=sum(r["bytes"] for r in rows),
         **_predict(model_cfg, batch, ctx, precision, checkpointing, master_weights, dev, static, rows),
     )
 

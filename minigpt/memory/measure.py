@@ -123,8 +123,13 @@ class LiveTensorTracker(TorchDispatchMode):
         self.clock += 1
         out = func(*args, **(kwargs or {}))
         inputs = {t.untyped_storage().data_ptr() for t in _tensors((args, kwargs))}
-        new = [t for t in _tensors(out) if t.device.type == self.device_type and t.untyped_storage().nbytes()
-               and t.untyped_storage().data_ptr() not in inputs]  # not a view or in-place result of an input
+        new = [
+            t
+            for t in _tensors(out)
+            if t.device.type == self.device_type
+            and t.untyped_storage().nbytes()
+            and t.untyped_storage().data_ptr() not in inputs
+        ]  # not a view or in-place result of an input
         if not new:
             return out
         # Memory only grows when an op makes a storage: that is when to look for what was freed before it.
@@ -134,10 +139,17 @@ class LiveTensorTracker(TorchDispatchMode):
             ptr = storage.data_ptr()
             if ptr in self._live:
                 continue  # a second view of a storage this op already made
-            rec = {"index": len(self.records), "ptr": ptr, "bytes": storage.nbytes(), "shape": tuple(t.shape),
-                   "born": self.clock, "died": None, "phase": self.phase,
-                   # autocast's copy of a weight: a cast whose input is a parameter
-                   "weight_copy": func is torch.ops.aten._to_copy.default and bool(inputs & self.param_ptrs)}
+            rec = {
+                "index": len(self.records),
+                "ptr": ptr,
+                "bytes": storage.nbytes(),
+                "shape": tuple(t.shape),
+                "born": self.clock,
+                "died": None,
+                "phase": self.phase,
+                # autocast's copy of a weight: a cast whose input is a parameter
+                "weight_copy": func is torch.ops.aten._to_copy.default and bool(inputs & self.param_ptrs),
+            }
             self.records.append(rec)
             self._live[ptr] = (StorageWeakRef(storage), rec)
         return out
@@ -168,16 +180,25 @@ class LiveTensorTracker(TorchDispatchMode):
 # 2. measure(): one real training step, metered
 
 
-def _prepare(cfg: ModelConfig, batch: int, ctx: int, precision: str, checkpointing: str, master_weights: bool,
-             device: torch.device, seed: int) -> tuple[train.StepState, train.TrainConfig, tuple]:
+def _prepare(
+    cfg: ModelConfig,
+    batch: int,
+    ctx: int,
+    precision: str,
+    checkpointing: str,
+    master_weights: bool,
+    device: torch.device,
+    seed: int,
+) -> tuple[train.StepState, train.TrainConfig, tuple]:
     """Check the arguments; build the step with train's own build_step_state; make one batch of tokens.
 
     The TrainConfig carries the step's settings and train's default hyperparameters (its preset and ctx
     are not used: the model is `cfg`).
     """
     check_shape(cfg, batch, ctx)
-    train_cfg = train.TrainConfig(precision=precision, checkpointing=checkpointing,
-                                  master_weights=master_weights, seed=seed)
+    train_cfg = train.TrainConfig(
+        precision=precision, checkpointing=checkpointing, master_weights=master_weights, seed=seed
+    )
     check_precision(device, precision)  # refuses a precision this device would silently ignore
     torch.manual_seed(seed)  # dropout masks, seeded as train() seeds them
     state = train.build_step_state(cfg, train_cfg, device)
@@ -195,8 +216,11 @@ def _adamw_state(optimizer: torch.optim.Optimizer, keys: tuple[str, ...] | None 
 
 def _storages(tensors, device_type: str) -> dict[int, int]:
     """{storage address: bytes} of the tensors on that type of device, each storage once."""
-    return {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors
-            if t is not None and t.device.type == device_type}
+    return {
+        t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+        for t in tensors
+        if t is not None and t.device.type == device_type
+    }
 
 
 @contextlib.contextmanager
@@ -213,8 +237,11 @@ def _phase_marks(model: GPT, tracker: LiveTensorTracker, saved: SavedTensorMeter
         return hook
 
     def end_of_forward(module, args, output):
-        end.update(alive=tracker.live_records(), saved=saved.alive(), outputs={
-            t.untyped_storage().data_ptr() for t in output if t is not None})
+        end.update(
+            alive=tracker.live_records(),
+            saved=saved.alive(),
+            outputs={t.untyped_storage().data_ptr() for t in output if t is not None},
+        )
         tracker.set_phase("backward: loss head")
         saved.enabled = False  # what the loop saves after the model (GradScaler's scale) is not activations
 
@@ -245,8 +272,13 @@ def _kept_for_backward(tracker: LiveTensorTracker, end: dict) -> tuple[dict[int,
 
 
 def measure_activations(
-    model_cfg: ModelConfig, batch: int, ctx: int, precision: str = "fp32", checkpointing: str = "none",
-    device: torch.device | str = "cpu", seed: int = 0,
+    model_cfg: ModelConfig,
+    batch: int,
+    ctx: int,
+    precision: str = "fp32",
+    checkpointing: str = "none",
+    device: torch.device | str = "cpu",
+    seed: int = 0,
 ) -> int:
     """measure()'s activations from a training forward alone: no backward, no AdamW, so much quicker."""
     precision, device = normalize_precision(precision), torch.device(device)
@@ -260,8 +292,14 @@ def measure_activations(
 
 
 def measure(
-    model_cfg: ModelConfig, batch: int, ctx: int, precision: str = "fp32", checkpointing: str = "none",
-    master_weights: bool = False, device: torch.device | str = "cpu", seed: int = 0,
+    model_cfg: ModelConfig,
+    batch: int,
+    ctx: int,
+    precision: str = "fp32",
+    checkpointing: str = "none",
+    master_weights: bool = False,
+    device: torch.device | str = "cpu",
+    seed: int = 0,
 ) -> MemoryBreakdown:
     """Run one real training step (train's forward, backward, clipping, AdamW) and count its memory by kind.
 
@@ -303,8 +341,10 @@ def measure(
         backward_done()
         train.optimizer_step(state, train_cfg.grad_clip)
     if "grads" not in end:
-        raise RuntimeError("the GradScaler skipped this step (inf or NaN gradients), so AdamW never ran: "
-                           "nothing to measure; try another seed")
+        raise RuntimeError(
+            "the GradScaler skipped this step (inf or NaN gradients), so AdamW never ran: "
+            "nothing to measure; try another seed"
+        )
     cuda_peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
 
     grads, state_storages = end["grads"], end["state"]
@@ -321,22 +361,31 @@ def measure(
             return "optimizer_step"
         if rec["index"] in end["alive"]:  # alive when the model's forward returned
             return "logits" if rec["ptr"] in end["outputs"] else "activations"
-        if rec["phase"] != "backward: blocks" and rec["shape"][-1:] == (model_cfg.vocab_size,) and (
-                rec["shape"] not in param_shapes):
+        if (
+            rec["phase"] != "backward: blocks"
+            and rec["shape"][-1:] == (model_cfg.vocab_size,)
+            and (rec["shape"] not in param_shapes)
+        ):
             return "logits"  # the upcast in the forward, the (N, V) gradients in the backward
         return "activation_grads"  # gradients in flight, recomputed blocks, partial weight grads, scratch
 
     maxima, phase_max = tracker.timeline(category)
     kept, hooked = _kept_for_backward(tracker, end)
     new_state = sum(n for ptr, n in state_storages.items() if ptr not in existing)  # made by this (first) step
-    step_moments = {name: sum(existing.values()) + n + (new_state if name != "optimizer" else 0)
-                    for name, n in phase_max.items()}
+    step_moments = {
+        name: sum(existing.values()) + n + (new_state if name != "optimizer" else 0) for name, n in phase_max.items()
+    }
     return MemoryBreakdown(
-        weights=sum(_storages(all_params, kind).values()), gradients=sum(grads.values()),
-        optimizer=sum(end["moments"].values()), activations=sum(kept.values()),
-        logits=maxima.get("logits", 0), activation_grads=maxima.get("activation_grads", 0),
-        weight_copies=maxima.get("weight_copies", 0), optimizer_step=maxima.get("optimizer_step", 0),
-        moments=step_moments, device_peak=cuda_peak if cuda_peak is not None else max(step_moments.values()),
+        weights=sum(_storages(all_params, kind).values()),
+        gradients=sum(grads.values()),
+        optimizer=sum(end["moments"].values()),
+        activations=sum(kept.values()),
+        logits=maxima.get("logits", 0),
+        activation_grads=maxima.get("activation_grads", 0),
+        weight_copies=maxima.get("weight_copies", 0),
+        optimizer_step=maxima.get("optimizer_step", 0),
+        moments=step_moments,
+        device_peak=cuda_peak if cuda_peak is not None else max(step_moments.values()),
         saved_by_hooks=sum(hooked.values()),
     )
 
@@ -345,8 +394,18 @@ def measure(
 # 3. Pictures of a step: a CUDA memory snapshot, or a profiler memory timeline
 
 
-def _run_steps(model_cfg: ModelConfig, batch: int, ctx: int, precision: str, checkpointing: str,
-               master_weights: bool, device: torch.device, seed: int, steps: int, record) -> None:
+def _run_steps(
+    model_cfg: ModelConfig,
+    batch: int,
+    ctx: int,
+    precision: str,
+    checkpointing: str,
+    master_weights: bool,
+    device: torch.device,
+    seed: int,
+    steps: int,
+    record,
+) -> None:
     """Build the step as train() does and run `steps` of train's training steps inside the context `record`."""
     precision = normalize_precision(precision)
     state, train_cfg, xy = _prepare(model_cfg, batch, ctx, precision, checkpointing, master_weights, device, seed)
@@ -356,9 +415,16 @@ def _run_steps(model_cfg: ModelConfig, batch: int, ctx: int, precision: str, che
 
 
 def memory_snapshot(
-    path: str | Path, model_cfg: ModelConfig, batch: int, ctx: int, precision: str = "fp32",
-    checkpointing: str = "none", master_weights: bool = False, device: torch.device | str = "cuda",
-    seed: int = 0, steps: int = 2,
+    path: str | Path,
+    model_cfg: ModelConfig,
+    batch: int,
+    ctx: int,
+    precision: str = "fp32",
+    checkpointing: str = "none",
+    master_weights: bool = False,
+    device: torch.device | str = "cuda",
+    seed: int = 0,
+    steps: int = 2,
 ) -> Path:
     """Record every CUDA allocation of `steps` training steps into a snapshot file (a pickle).
 
@@ -367,14 +433,26 @@ def memory_snapshot(
     """
     device = torch.device(device)
     if device.type != "cuda" or not torch.cuda.is_available():
-        raise RuntimeError(f"memory_snapshot records the CUDA allocator, and {device} is not a CUDA device "
-                           "(or this torch has no CUDA); on a CPU use memory_timeline() instead")
+        raise RuntimeError(
+            f"memory_snapshot records the CUDA allocator, and {device} is not a CUDA device "
+            "(or this torch has no CUDA); on a CPU use memory_timeline() instead"
+        )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.cuda.memory._record_memory_history(max_entries=1_000_000)  # from here on, every alloc and free
     try:
-        _run_steps(model_cfg, batch, ctx, precision, checkpointing, master_weights, device, seed, steps,
-                   contextlib.nullcontext())
+        _run_steps(
+            model_cfg,
+            batch,
+            ctx,
+            precision,
+            checkpointing,
+            master_weights,
+            device,
+            seed,
+            steps,
+            contextlib.nullcontext(),
+        )
         torch.cuda.synchronize(device)
         torch.cuda.memory._dump_snapshot(str(path))
     finally:
@@ -386,9 +464,16 @@ TIMELINE_SUFFIXES = (".html", ".json", ".json.gz")
 
 
 def memory_timeline(
-    path: str | Path, model_cfg: ModelConfig, batch: int, ctx: int, precision: str = "fp32",
-    checkpointing: str = "none", master_weights: bool = False, device: torch.device | str = "cpu",
-    seed: int = 0, steps: int = 2,
+    path: str | Path,
+    model_cfg: ModelConfig,
+    batch: int,
+    ctx: int,
+    precision: str = "fp32",
+    checkpointing: str = "none",
+    master_weights: bool = False,
+    device: torch.device | str = "cpu",
+    seed: int = 0,
+    steps: int = 2,
 ) -> Path | None:
     """Profile `steps` training steps and export torch.profiler's memory timeline, on any device.
 
@@ -398,19 +483,21 @@ def memory_timeline(
     """
     path = Path(path)
     if not path.name.endswith(TIMELINE_SUFFIXES):
-        raise ValueError(f"{path.name}: the timeline is written as {', '.join(TIMELINE_SUFFIXES)}; "
-                         "choose a file name with one of these endings")
+        raise ValueError(
+            f"{path.name}: the timeline is written as {', '.join(TIMELINE_SUFFIXES)}; "
+            "choose a file name with one of these endings"
+        )
     device = torch.device(device)
     if not torch.autograd.kineto_available():
-        warnings.warn(f"this torch build ({torch.__version__}) has no Kineto profiler: no memory timeline",
-                      stacklevel=2)
+        warnings.warn(
+            f"this torch build ({torch.__version__}) has no Kineto profiler: no memory timeline", stacklevel=2
+        )
         return None
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     # The memory timeline needs all three: allocations, the shapes of op inputs, and Python stacks.
-    profiler = torch.profiler.profile(activities=activities, profile_memory=True, record_shapes=True,
-                                      with_stack=True)
+    profiler = torch.profiler.profile(activities=activities, profile_memory=True, record_shapes=True, with_stack=True)
     _run_steps(model_cfg, batch, ctx, precision, checkpointing, master_weights, device, seed, steps, profiler)
     path.parent.mkdir(parents=True, exist_ok=True)
     where = f"cuda:{device.index or 0}" if device.type == "cuda" else device.type
@@ -419,7 +506,10 @@ def memory_timeline(
             warnings.simplefilter("ignore", FutureWarning)  # deprecated in favour of CUDA snapshots
             profiler.export_memory_timeline(str(path), device=where)
     except Exception as error:  # noqa: BLE001 - any failure here means "this build cannot draw it"
-        warnings.warn(f"torch {torch.__version__} could not export a memory timeline for {where}: "
-                      f"{type(error).__name__}: {error}", stacklevel=2)
+        warnings.warn(
+            f"torch {torch.__version__} could not export a memory timeline for {where}: "
+            f"{type(error).__name__}: {error}",
+            stacklevel=2,
+        )
         return None
     return path
