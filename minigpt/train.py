@@ -15,12 +15,10 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import random
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -32,7 +30,7 @@ from minigpt.device import pick_device
 from minigpt.model import GPT, IGNORE_INDEX, PRESETS, ModelConfig, get_config
 from minigpt.precision import autocast_context, check_precision, normalize_precision
 from minigpt.recompute import CHECKPOINTING_MODES
-from minigpt.run_state import load_checkpoint, save_checkpoint
+from minigpt.run_state import RunFolder
 from minigpt.tokenizer import DEFAULT_TOKENIZER, get_tokenizer
 
 
@@ -316,25 +314,18 @@ def _peak_memory(device: torch.device) -> int | None:
     return None  # CPU: minigpt.memory measures saved tensors instead
 
 
-def _rng_state(data_gen: torch.Generator) -> dict:
-    np_state = np.random.get_state()
-    return {
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
-        "python": list(random.getstate()[1]),
-        "data": data_gen.get_state(),
-    }
+def window_micro_batches(
+    data: TokenData, cfg: TrainConfig, gen: torch.Generator, rank: int = 0, world: int = 1
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """This process's micro-batches of the next window: `accum` pairs (x, y) of `batch` sequences each.
 
-
-def _set_rng_state(state: dict, data_gen: torch.Generator) -> None:
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    name, keys, *rest = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
-    random.setstate((3, tuple(state["python"]), None))
-    data_gen.set_state(state["data"])
+    Every process draws the same window of batch * accum * world sequences and takes its own slice, so the
+    effective batch is the same sequences whatever the number of processes.
+    """
+    n_window = cfg.batch * cfg.accum
+    x, y = data.get_batch("train", n_window * world, cfg.ctx, gen)
+    x, y = x[rank * n_window : (rank + 1) * n_window], y[rank * n_window : (rank + 1) * n_window]
+    return list(zip(x.split(cfg.batch), y.split(cfg.batch)))
 
 
 def _progress_enabled(cfg: TrainConfig) -> bool:
@@ -360,80 +351,37 @@ def train(
     data = data or load_tokens(cfg.corpus, cfg.tokenizer)
     data.check_ctx(cfg.ctx)
     state = build_step_state(get_config(cfg.preset, dropout=cfg.dropout), cfg, device)
-    model, optimizer, scheduler, scaler, master = (
-        state.model,
-        state.optimizer,
-        state.scheduler,
-        state.scaler,
-        state.master,
-    )
+    model = state.model
     data_gen = torch.Generator().manual_seed(cfg.seed)
 
     result = TrainResult(cfg, model, effective_batch=cfg.batch * cfg.accum * world)
-    ckpt_path = Path(cfg.out) / "checkpoint.pt" if cfg.out else None
+    run = RunFolder(cfg.out) if cfg.out else None
     start = 0
     if cfg.resume:
-        saved = load_checkpoint(ckpt_path)
-        model.load_state_dict(saved["model"])
-        if master:
-            for (_, m), value in zip(master.pairs, saved["master"]):
-                m.data.copy_(value)
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        if scaler is not None:
-            scaler.load_state_dict(saved["scaler"])
-        _set_rng_state(saved["rng"], data_gen)
-        start = saved["step"]
-        result.history, result.val_history = saved["history"], [tuple(v) for v in saved["val_history"]]
-        say(f"resumed from {ckpt_path} at step {start}")
-    elif ckpt_path is not None and ckpt_path.exists():
-        raise FileExistsError(
-            f"{ckpt_path} already holds a checkpoint; pass --resume to continue it, or choose another --out "
-            "(a new run never overwrites a saved one)"
-        )
+        start = run.resume(state, result, data_gen)
+        say(f"resumed from {run.checkpoint} at step {start}")
+    elif run:
+        run.check_fresh()
 
     def save() -> None:
-        if ckpt_path is None or rank != 0:
-            return
-        snapshot = {
-            "model": model.state_dict(),
-            "master": [m.detach() for m in master.params] if master else None,
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "scaler": scaler.state_dict() if scaler is not None else None,
-            "rng": _rng_state(data_gen),
-            "step": len(result.history),
-            "history": result.history,
-            "val_history": result.val_history,
-            "train_config": asdict(cfg),
-            "model_config": model.cfg.to_dict(),
-        }
-        save_checkpoint(snapshot, ckpt_path)
+        if run and rank == 0:
+            run.save(cfg, state, result, data_gen)
 
     ddp_model = dist_utils.wrap(model, device) if world > 1 else model
-    n_window = cfg.batch * cfg.accum  # sequences this process handles per optimizer step
     say(
         f"effective batch = {cfg.batch} (micro-batch) x {cfg.accum} (accum) x {world} (processes) = "
         f"{result.effective_batch} sequences = {result.effective_batch * cfg.ctx:,} tokens per step"
     )
-    log = None
-    if cfg.out and rank == 0:  # the JSONL log: rewritten from the checkpoint's history, then appended
-        Path(cfg.out).mkdir(parents=True, exist_ok=True)
-        log = open(Path(cfg.out) / "log.jsonl", "w")  # noqa: SIM115
-        log.writelines(json.dumps(r) + "\n" for r in result.history)
+    log = run.open_log(result.history) if run and rank == 0 else None
     bar = tqdm(total=cfg.steps, initial=start, disable=not (_progress_enabled(cfg) and rank == 0), desc="train")
     model.train()
     for step in range(start, cfg.steps):
         t0 = time.perf_counter()
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        # Every process draws the same window and takes its own slice: the effective batch is the same
-        # sequences whatever the number of processes.
-        x, y = data.get_batch("train", n_window * world, cfg.ctx, data_gen)
-        x, y = x[rank * n_window : (rank + 1) * n_window], y[rank * n_window : (rank + 1) * n_window]
-        micro = list(zip(x.split(cfg.batch), y.split(cfg.batch)))
+        micro = window_micro_batches(data, cfg, data_gen, rank, world)
         record = {"step": step + 1, **train_step(state, micro, device, cfg.precision, cfg.grad_clip, ddp_model)}
-        record["tokens_per_s"] = n_window * world * cfg.ctx / (time.perf_counter() - t0)
+        record["tokens_per_s"] = result.effective_batch * cfg.ctx / (time.perf_counter() - t0)
         record["peak_memory_bytes"] = _peak_memory(device)
         is_last = step + 1 == cfg.steps
         if rank == 0 and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or is_last):

@@ -41,3 +41,34 @@ def test_foreign_files_are_clear_errors(tmp_path):
         load_checkpoint(tmp_path / "notes.txt")
     with pytest.raises(CheckpointError, match="no checkpoint"):
         load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_rng_state_round_trip_repeats_every_draw():
+    """What a resumed run needs: after set_rng_state, every generator draws what it drew after rng_state."""
+    import random
+
+    import numpy as np
+
+    from minigpt.run_state import rng_state, set_rng_state
+
+    data_gen = torch.Generator().manual_seed(1)
+    saved = rng_state(data_gen)
+
+    def draws() -> tuple:
+        return (torch.rand(3), np.random.rand(3), random.random(), torch.randint(0, 100, (3,), generator=data_gen))
+
+    first = draws()
+    set_rng_state(saved, data_gen)
+    again = draws()
+    assert torch.equal(first[0], again[0]) and np.array_equal(first[1], again[1])
+    assert first[2] == again[2] and torch.equal(first[3], again[3])
+
+
+def test_a_new_run_never_overwrites_a_saved_one(tmp_path):
+    from minigpt.run_state import RunFolder
+
+    run = RunFolder(tmp_path)
+    run.check_fresh()  # empty folder: fine
+    save_checkpoint({"step": 1}, run.checkpoint)
+    with pytest.raises(FileExistsError, match="--resume"):
+        run.check_fresh()
