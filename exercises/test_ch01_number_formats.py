@@ -1,7 +1,7 @@
 """Grades chapter 1: decoding a float's bits, and when a weight update is lost.
 
 Float formats are exact arithmetic (IEEE-754 rounding is the same on every CPU and GPU), so these tests
-compare exactly with minigpt.precision, except where noted.
+compare exactly with minigpt.formats, except where noted.
 """
 
 import math
@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from minigpt.precision import decode_bits, smallest_update_that_survives, update_is_lost
+from minigpt.formats import decode_bits, smallest_update_that_survives, update_is_lost
 
 CHAPTER = "ch01_number_formats"
 FORMATS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

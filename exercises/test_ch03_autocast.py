@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from minigpt import memory
+from minigpt.formats import update_is_lost
 from minigpt.model import GPT, get_config
-from minigpt.precision import update_is_lost
 
 CHAPTER = "ch03_autocast"
 
@@ -97,7 +97,7 @@ def test_lost_update_fraction(answers):
             got = answers.lost_update_fraction(weights, update, dtype)
             stored = weights.to(dtype)
             want = ((stored.double() + update).to(dtype) == stored).double().mean().item()
-            # 0.5%: only elements within fp32's rounding of a tie can come out differently (see precision.py).
+            # 0.5%: only elements within fp32's rounding of a tie can come out differently (see formats.py).
             assert got == pytest.approx(want, abs=0.005), (
                 f"lost_update_fraction(weights, {update:g}, {dtype}) returned {got:.4f}, expected {want:.4f}: "
                 f"compare after rounding the sums into {dtype}"

@@ -50,7 +50,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_formats(args: argparse.Namespace) -> int:
-    from minigpt.precision import format_rows, formats_table, missing_formats
+    from minigpt.formats import format_rows, formats_table, missing_formats
 
     if args.json:
         print(json.dumps(format_rows(), indent=1, default=str))

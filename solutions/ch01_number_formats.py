@@ -1,7 +1,7 @@
 """Chapter 1 exercises: number formats, one bit at a time.
 
 Each function is one exercise; its docstring states the task. Work with torch only: the point is to do
-by hand what minigpt.precision does for you (the grader compares your answers with it).
+by hand what minigpt.formats does for you (the grader compares your answers with it).
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from minigpt.demos import DEMO_CHOICES, DEMOS, run_demo
+from minigpt.formats import smallest_update_that_survives
 from minigpt.model import PRESETS
-from minigpt.precision import smallest_update_that_survives
 
 FIGURES = {
     "train": ["train_loss.png"],

@@ -1,7 +1,7 @@
 """Lecture demos: `minigpt demo NAME` runs a short live demonstration an instructor can project.
 
 Each demo prints a few tables and a one-line conclusion, and saves its figures as PNG files in `out` (demo_out/).
-Every number comes from the package (minigpt.precision, memory, train, plan): a demo only calls and shows.
+Every number comes from the package (minigpt.formats, precision, memory, train, plan): a demo only calls and shows.
 On the CPU each takes well under a minute; `quick=True` shrinks the sizes (for the tests).
 """
 

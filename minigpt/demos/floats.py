@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from minigpt.demos.common import conclude, pyplot, save_figure, show_table
-from minigpt.precision import (
+from minigpt.formats import (
     decode_bits,
     format_rows,
     formats_table,

@@ -26,9 +26,10 @@ from minigpt.demos.common import (
     token_data,
 )
 from minigpt.device import device_info
+from minigpt.formats import format_rows, round_trip, short_name
 from minigpt.memory import measure
 from minigpt.model import GPT, get_config
-from minigpt.precision import format_rows, param_dtype, probe_precision, round_trip, short_name, static_bytes_per_param
+from minigpt.precision import param_dtype, probe_precision, static_bytes_per_param
 from minigpt.train import forward_backward
 
 
