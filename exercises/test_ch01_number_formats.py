@@ -12,9 +12,16 @@ import torch
 from minigpt.formats import decode_bits, smallest_update_that_survives, update_is_lost
 
 CHAPTER = "ch01_number_formats"
+HINTS = {  # the hints of solutions/ch01_number_formats.py, shown under a wrong answer
+    "1.1": "view the tensor as an int of the same width, format it as binary digits, then split",
+    "1.2": "bias = 2**(len(exponent) - 1) - 1; normal numbers have an implicit leading 1",
+    "1.3": "round w into the dtype, add, round the sum into the dtype, then compare",
+    "1.4": "half the gap to the next value above w in this dtype (torch.nextafter)",
+}
 FORMATS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-# normal, negative, inexact, huge (inf in fp16), fp16-subnormal, zero, -0 and a value below every format
-VALUES = [1.0, -2.5, 0.1, 1 / 3, 65504.0, 1e38, 3e-5, 5.9e-8, 0.0, -0.0, 1e-46, 300.0, -0.02]
+# normal, negative, inexact, huge (inf in fp16), fp16-subnormal, zero, -0, a value below every format and an
+# fp32 and bf16 subnormal
+VALUES = [1.0, -2.5, 0.1, 1 / 3, 65504.0, 1e38, 3e-5, 5.9e-8, 0.0, -0.0, 1e-46, 300.0, -0.02, -1e-40]
 
 
 @pytest.mark.exercise("1.1", points=2)

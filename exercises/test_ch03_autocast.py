@@ -2,6 +2,7 @@
 (seed exercise 1) and "why still fp32?" (seed exercise 5)."""
 
 import copy
+import inspect
 import math
 
 import pytest
@@ -13,9 +14,14 @@ from minigpt.formats import update_is_lost
 from minigpt.model import GPT, get_config
 
 CHAPTER = "ch03_autocast"
+HINTS = {  # the hints of solutions/ch03_autocast.py, shown under a wrong answer
+    "3.1": "forward under torch.autocast, loss from logits.float(), then backward/clip/step/zero_grad",
+    "3.2": "one TrainConfig per precision, train(), time it, and read the result's summary",
+    "3.3": "round the weights into the dtype, add the update in that dtype, count the unchanged",
+}
 
 
-def _step(answers, cfg, dtype, monkeypatch):
+def _step(answers, cfg, dtype, monkeypatch, max_norm=1.0):
     """Run the learner's step once; return (model before, model after, loss, logits dtype, loss input dtypes)."""
     torch.manual_seed(0)
     model = GPT(cfg)
@@ -31,7 +37,7 @@ def _step(answers, cfg, dtype, monkeypatch):
         return real_cross_entropy(input, *args, **kwargs)
 
     monkeypatch.setattr(F, "cross_entropy", spy)
-    loss = answers.autocast_train_step(model, optimizer, x, y, dtype=dtype)
+    loss = answers.autocast_train_step(model, optimizer, x, y, dtype=dtype, max_norm=max_norm)
     monkeypatch.undo()
     return before, model, loss, logits_dtypes, loss_dtypes, (x, y)
 
@@ -52,8 +58,22 @@ def test_forward_in_16_bits_loss_in_fp32(answers, small_cfg, monkeypatch):
 
 
 @pytest.mark.exercise("3.1", points=2)
-def test_weights_stay_fp32_and_take_a_step(answers, small_cfg, monkeypatch):
-    before, after, loss, _, _, (x, y) = _step(answers, small_cfg, torch.bfloat16, monkeypatch)
+def test_weights_stay_fp32_and_take_a_step(answers, small_cfg, monkeypatch, optimizer_steps):
+    torch.manual_seed(0)
+    model = GPT(small_cfg)
+    x, y = torch.randint(0, small_cfg.vocab_size, (2, 2, small_cfg.ctx))
+    model(x, y)[1].backward()
+    max_norm = torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item() / 10  # clipping is active
+    before, after, loss, _, _, (x, y) = _step(answers, small_cfg, torch.bfloat16, monkeypatch, max_norm=max_norm)
+    assert len(optimizer_steps) == 1, f"{len(optimizer_steps)} optimizer steps, expected 1"
+    # bf16 moves the gradient norm by about 1%, but clipping then sets it to max_norm exactly (up to the
+    # 1e-6 clip_grad_norm_ adds to the norm, and fp32 rounding of its recomputation): 1e-3 relative.
+    got = optimizer_steps[0].grad_norm
+    assert got == pytest.approx(max_norm, rel=1e-3), (
+        f"with max_norm={max_norm:.4g} the optimizer stepped with gradients of norm {got:.4g}: clip the gradient "
+        f"norm after backward and before optimizer.step()"
+    )
+    assert not loss.requires_grad, "return the loss detached (loss.detach()): the graph is not needed any more"
     dtypes = {p.dtype for p in after.parameters()}
     assert dtypes == {torch.float32}, f"the weights became {dtypes}: autocast keeps them fp32, do not convert"
     changed = [n for (n, p), q in zip(after.named_parameters(), before.parameters()) if not torch.equal(p, q)]
@@ -67,8 +87,19 @@ def test_weights_stay_fp32_and_take_a_step(answers, small_cfg, monkeypatch):
     )
 
 
+def _overflowing_grad_scaler(monkeypatch):
+    """Every GradScaler built with the default init_scale starts at 2**40: the fp16 run's steps overflow and are
+    skipped, so a skipped_steps that is not read from the run shows."""
+    init = torch.amp.GradScaler.__init__
+    names = list(inspect.signature(init).parameters)[-len(init.__defaults__) :]
+    defaults = dict(zip(names, init.__defaults__))
+    defaults["init_scale"] = 2.0**40
+    monkeypatch.setattr(init, "__defaults__", tuple(defaults.values()))
+
+
 @pytest.mark.exercise("3.2", points=3)
-def test_compare_precisions_table(answers, token_data):
+def test_compare_precisions_table(answers, token_data, train_runs, monkeypatch):
+    _overflowing_grad_scaler(monkeypatch)
     precisions = ("fp32", "bf16", "fp16")
     rows = answers.compare_precisions(
         preset="tiny", precisions=precisions, steps=2, batch=2, ctx=16, device="cpu", data=token_data
@@ -81,12 +112,32 @@ def test_compare_precisions_table(answers, token_data):
         want = memory.estimate(get_config("tiny"), 2, 16, r["precision"], device="cpu").peak
         assert r["predicted_peak_bytes"] == want, f"{r['precision']}: predicted peak should be estimate(...).peak"
         assert r["measured_peak_bytes"] is None, "a CPU has no peak-memory counter: report None"
-        assert r["skipped_steps"] == 0 or r["precision"] == "fp16", "only the fp16 GradScaler skips steps"
-    fp32 = rows[0]["final_loss"]
-    for r in rows[1:]:
-        # Same seed, same batches, two steps from the same init: the 16-bit matmuls move the loss by far less
-        # than 0.05 nats (the loss is about ln(8192) = 9 here).
-        assert abs(r["final_loss"] - fp32) < 0.05, f"{r['precision']} loss {r['final_loss']} vs fp32 {fp32}"
+    assert len(train_runs) == len(rows), f"{len(train_runs)} calls of minigpt.train.train for {len(rows)} rows"
+    for r, run in zip(rows, train_runs):
+        cfg, result = run.cfg, run.result
+        assert (cfg.precision, cfg.steps, cfg.batch, cfg.ctx) == (r["precision"], 2, 2, 16), (
+            f"the run for {r['precision']} trained with precision={cfg.precision}, steps={cfg.steps}, "
+            f"batch={cfg.batch}, ctx={cfg.ctx}; expected {r['precision']}, 2, 2, 16"
+        )
+        # The row reports that run: read exactly, and a time around the whole run (the recorder times the
+        # call from inside, so a clock around the call reads at least as much).
+        assert r["final_loss"] == result.losses[-1], (
+            f"{r['precision']}: final_loss {r['final_loss']!r}, but the run's losses were {result.losses}: report "
+            f"the last one (result.losses[-1])"
+        )
+        assert r["skipped_steps"] == result.skipped_steps, (
+            f"{r['precision']}: skipped_steps {r['skipped_steps']}, but the run skipped {result.skipped_steps} "
+            f"steps (result.skipped_steps)"
+        )
+        assert r["seconds"] >= run.seconds, (
+            f"{r['precision']}: seconds {r['seconds']:.4f} s, but train() alone took {run.seconds:.4f} s: time "
+            f"the whole run (perf_counter before and after train())"
+        )
+    assert train_runs[2].result.skipped_steps == 2, "this test's GradScaler of 2**40 should overflow both steps"
+    # Same seed, same batches, two steps from the same init: bf16 matmuls move the loss by far less than
+    # 0.05 nats (the loss is about ln(8192) = 9 here; a step moves it by about 0.09).
+    fp32, bf16 = rows[0]["final_loss"], rows[1]["final_loss"]
+    assert abs(bf16 - fp32) < 0.05, f"the bf16 run's final loss {bf16:.4f} vs fp32's {fp32:.4f}: more than 0.05 apart"
 
 
 @pytest.mark.exercise("3.3", points=2)

@@ -11,6 +11,12 @@ from minigpt.model import GPT
 
 CHAPTER = "ch04_fp16_gradscaler"
 TINY_LOSS = 1e-5
+HINTS = {  # the hints of solutions/ch04_fp16_gradscaler.py, shown under a wrong answer
+    "4.1": "scaler.scale(loss).backward(); scaler.unscale_ BEFORE clipping; scaler.step; scaler.update",
+    "4.2": "inf -> scale * backoff, tracker 0; else tracker + 1, and at growth_interval grow and reset",
+    "4.3": "a skipped step lowers the scale; only advance the scheduler when it did not",
+    "4.4": "a GradScaler(init_scale=...) training loop; record scaler.get_scale() before each step",
+}
 
 
 class SmallGradientGPT(GPT):
@@ -161,7 +167,7 @@ def test_schedule_does_not_move_on_a_skipped_step(answers):
 
 
 @pytest.mark.exercise("4.4", points=2)
-def test_overflow_experiment_shows_the_scaler_backing_off(answers, token_data):
+def test_overflow_experiment_shows_the_scaler_backing_off(answers, token_data, optimizer_steps):
     rows = answers.fp16_overflow_experiment(
         lr=3e-3, steps=3, init_scale=2.0**32, preset="tiny", batch=2, ctx=16, device="cpu", data=token_data
     )
@@ -170,6 +176,10 @@ def test_overflow_experiment_shows_the_scaler_backing_off(answers, token_data):
     assert [r["scale"] for r in rows] == [2.0**32, 2.0**31, 2.0**30] and all(r["skipped"] for r in rows), (
         f"a scale of 2**32 overflows fp16: each step is skipped and the scale halves; got {rows}"
     )
+    assert not optimizer_steps, (
+        f"the optimizer stepped {len(optimizer_steps)} times on 3 steps with inf gradients, expected 0: step "
+        f"through the scaler (scaler.step(optimizer)), which skips them"
+    )
     rows = answers.fp16_overflow_experiment(
         lr=3e-3, steps=2, init_scale=2.0**10, preset="tiny", batch=2, ctx=16, device="cpu", data=token_data
     )
@@ -177,3 +187,12 @@ def test_overflow_experiment_shows_the_scaler_backing_off(answers, token_data):
         f"a scale of 1024 does not overflow: no step is skipped and the scale stays until 2000 clean steps; got {rows}"
     )
     assert all(math.isfinite(r["loss"]) for r in rows), "the losses must stay finite: the scaler protects the weights"
+    # The true gradient norm of these two steps is about 2.3 > 1, so clipping to 1.0 is active: AdamW must
+    # receive unscaled gradients of norm 1. clip_grad_norm_ multiplies by 1 / (norm + 1e-6), and the norm
+    # recomputed here differs by fp32 rounding (~1e-6 relative): 1e-4 is far from both mistakes, no
+    # clipping (about 2.3) and clipping the scaled gradients (about 1 / 1024).
+    norms = [s.grad_norm for s in optimizer_steps]
+    assert len(norms) == 2 and all(n == pytest.approx(1.0, rel=1e-4) for n in norms), (
+        f"AdamW received gradients of norm {[round(n, 6) for n in norms]}, expected 1.0 at each of the 2 steps "
+        f"(the true norms are above 1): unscale (scaler.unscale_), then clip to 1.0, then step"
+    )

@@ -11,6 +11,12 @@ from minigpt import memory
 from minigpt.model import GPT, IGNORE_INDEX, get_config
 
 CHAPTER = "ch05_grad_accumulation"
+HINTS = {  # the hints of solutions/ch05_grad_accumulation.py, shown under a wrong answer
+    "5.1": "count the window's targets (y != IGNORE_INDEX) first; backward each summed loss / that count",
+    "5.2": "each of world_size processes runs accum micro-batches of micro_batch sequences; "
+    "target_batch / (micro_batch * world_size), which must be a whole number",
+    "5.3": "micro_batch = effective // accum; one timed train() per accum; estimate() for the memory",
+}
 
 
 def _window(cfg, n_micro=4, micro=2, padding=None, seed=0):
@@ -71,16 +77,22 @@ def test_padded_micro_batches_are_normalized_by_tokens(answers, small_cfg):
 
 @pytest.mark.exercise("5.2", points=1)
 def test_effective_batch(answers):
-    assert answers.effective_batch(8, 4) == 32, "8 sequences x 4 micro-batches per step"
-    assert answers.effective_batch(8, 4, world_size=2) == 64, "each of 2 processes runs its own micro-batches"
-    assert answers.effective_batch(32, 1) == 32
+    for micro, accum, world, want in ((8, 4, 1, 32), (8, 4, 2, 64), (32, 1, 1, 32), (3, 5, 7, 105)):
+        got = answers.effective_batch(micro, accum, world_size=world)
+        assert got == want, (
+            f"effective_batch({micro}, {accum}, world_size={world}) returned {got} sequences, expected {want}: "
+            f"each of {world} processes runs {accum} micro-batches of {micro} sequences"
+        )
 
 
 @pytest.mark.exercise("5.2", points=2)
 def test_accum_for(answers):
-    assert answers.accum_for(128, 32) == 4
-    assert answers.accum_for(128, 8, world_size=4) == 4
-    assert answers.accum_for(16, 16) == 1
+    for target, micro, world, want in ((128, 32, 1, 4), (128, 8, 4, 4), (16, 16, 1, 1), (105, 3, 7, 5)):
+        got = answers.accum_for(target, micro, world_size=world)
+        assert got == want, (
+            f"accum_for({target}, {micro}, world_size={world}) returned {got} accumulation steps, expected {want} "
+            f"= {target} / ({micro} x {world})"
+        )
     for target, micro, world in ((100, 32, 1), (128, 48, 1), (128, 32, 3)):
         with pytest.raises(ValueError):
             answers.accum_for(target, micro, world_size=world)
@@ -88,11 +100,30 @@ def test_accum_for(answers):
 
 
 @pytest.mark.exercise("5.3", points=3)
-def test_compare_accumulation(answers, token_data):
+def test_compare_accumulation(answers, token_data, train_runs):
     rows = answers.compare_accumulation(
         effective=4, accums=(1, 2, 4), preset="tiny", ctx=16, steps=2, device="cpu", data=token_data
     )
     assert [r["accum"] for r in rows] == [1, 2, 4], "one row per accum, in the order given"
+    assert len(train_runs) == len(rows), f"{len(train_runs)} calls of minigpt.train.train for {len(rows)} rows"
+    for r, run in zip(rows, train_runs):
+        cfg = run.cfg
+        assert (cfg.batch, cfg.accum, cfg.ctx, cfg.steps) == (r["micro_batch"], r["accum"], 16, 2), (
+            f"the run for accum={r['accum']} trained with batch={cfg.batch}, accum={cfg.accum}, ctx={cfg.ctx}, "
+            f"steps={cfg.steps}; expected batch={r['micro_batch']} (the micro-batch), accum={r['accum']}, ctx=16, "
+            f"steps=2"
+        )
+        # The row reports that run: its last loss exactly, and a time around the whole run (the recorder
+        # times the call from inside, so a clock around the call reads at least as much).
+        losses = run.result.losses
+        assert r["final_loss"] == losses[-1], (
+            f"accum={r['accum']}: final_loss {r['final_loss']!r}, but the run's losses were {losses}: report the "
+            f"last one (result.losses[-1])"
+        )
+        assert r["seconds"] >= run.seconds, (
+            f"accum={r['accum']}: seconds {r['seconds']:.4f} s, but train() alone took {run.seconds:.4f} s: time "
+            f"the whole run (perf_counter before and after train())"
+        )
     for r in rows:
         assert r["micro_batch"] * r["accum"] == 4, f"micro_batch x accum must be the effective batch: {r}"
         assert r["seconds"] > 0 and math.isfinite(r["final_loss"]), f"bad time or loss in {r}"

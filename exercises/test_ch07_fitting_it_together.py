@@ -14,6 +14,11 @@ from minigpt.model import PRESETS
 from minigpt.plan import plan
 
 CHAPTER = "ch07_fitting_it_together"
+HINTS = {  # the hints of solutions/ch07_fitting_it_together.py, shown under a wrong answer
+    "7.1": "lo always fits, everything above hi fails; halve [lo, hi] until lo == hi",
+    "7.2": "divisors of effective_batch; first mode with a fitting divisor; its largest one",
+    "7.3": 'catch only out-of-memory (torch.OutOfMemoryError, or "out of memory" in the message)',
+}
 
 
 def _search(answers, threshold, low, high):
@@ -75,7 +80,30 @@ def test_planner_rules(answers):
     assert (p["micro_batch"], p["checkpointing"], p["fits"]) == (1, "full", False), (
         f"nothing fits in 1005 bytes: report micro-batch 1 in the mode that needs least, fits=False; got {p}"
     )
-    assert p["accum"] == 16 and p["predicted_peak_bytes"] == 1010
+    assert p["accum"] == 16 and p["predicted_peak_bytes"] == 1010, (
+        f"nothing fits: expected accum 16 and predicted_peak_bytes 1010 (micro-batch 1 with full); got {p}"
+    )
+
+
+@pytest.mark.exercise("7.2", points=1)
+def test_planner_edge_cases(answers):
+    predict = _linear(1000, {"none": 100, "selective": 40, "full": 10})
+    p = answers.plan_micro_batch(12, 1400, predict)  # micro-batch 4 needs exactly the budget: it fits
+    assert (p["micro_batch"], p["checkpointing"], p["predicted_peak_bytes"]) == (4, "none", 1400), (
+        f"with a budget of 1400 bytes, micro-batch 4 without checkpointing needs exactly 1400: a peak equal to "
+        f"the budget fits (<=); expected micro-batch 4, got {p}"
+    )
+    # The modes in another order than their memory order: the planner follows the order it is given.
+    p = answers.plan_micro_batch(12, 10_000, predict, modes=("full", "none"))
+    assert (p["micro_batch"], p["checkpointing"]) == (12, "full"), (
+        f"modes=('full', 'none'): the first mode given, full, already fits micro-batch 12; expected "
+        f"(12, 'full'), got ({p['micro_batch']}, {p['checkpointing']!r}): take the modes in the order given"
+    )
+    p = answers.plan_micro_batch(6, 1005, predict, modes=("selective", "full", "none"))
+    assert (p["micro_batch"], p["checkpointing"], p["fits"], p["predicted_peak_bytes"]) == (1, "full", False, 1010), (
+        f"modes=('selective', 'full', 'none') and nothing fits in 1005 bytes: micro-batch 1 needs 1040, 1010 and "
+        f"1100 bytes; expected the smallest, full (1010), with fits=False; got {p}"
+    )
 
 
 @pytest.mark.exercise("7.2", points=1)

@@ -5,21 +5,28 @@
     pytest exercises/ -k 4.2               grade one exercise (its id; or -m "exercise(id='4.2')")
     pytest exercises/ --solutions          grade the reference answers in solutions/
     pytest exercises/ --answers-dir DIR    grade the chNN_*.py files in another folder
+    pytest exercises/ --gradescope results.json   also write Gradescope's autograder results
 
 Each test belongs to one exercise, `@pytest.mark.exercise("4.2", points=2)`. An exercise you have not done
-yet fails with one line (its hint), a test that runs too long fails after a timeout and the others still
-run, and at the end a score table is printed and written to grade.json (--grade-json PATH to move it).
+yet fails with one line (its hint); an answer that is done but wrong fails with the property it got wrong,
+expected and actual, and the hint (each test file's HINTS). A test that runs too long fails after a
+timeout, and the exercise's other tests are then marked timed out without running (a hang costs one
+timeout per exercise); the other exercises still run. At the end a score table is printed and written to
+grade.json (--grade-json PATH to move it).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import re
 import signal
 import sys
 import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -28,6 +35,7 @@ import torch
 
 DEFAULT_TIMEOUT_S = 60.0  # per test; a correct answer takes a few seconds on a 2-core CPU
 RESULTS = pytest.StashKey[dict]()  # nodeid -> {"exercise", "points", "status", "message"}
+TIMED_OUT = pytest.StashKey[set]()  # exercises one of whose tests timed out: their other tests do not run
 
 # The exercise models are small: one thread is as fast as several, and unlike several it does not slow
 # down 10x or more when other processes share the cores (a CI runner, a classroom server).
@@ -37,6 +45,10 @@ if "OMP_NUM_THREADS" not in os.environ:
 
 class ExerciseTimeout(BaseException):
     """Raised inside a test that ran past its timeout (a BaseException, so `except Exception` can't eat it)."""
+
+
+class ExerciseAlreadyTimedOut(Exception):
+    """Raised instead of running a test whose exercise already used up its one timeout."""
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -61,6 +73,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"seconds each exercise test may run before it fails (default: {DEFAULT_TIMEOUT_S:g})",
     )
     group.addoption(
+        "--gradescope",
+        metavar="PATH",
+        help="also write the grade as Gradescope's autograder results.json to PATH",
+    )
+    group.addoption(
         "--tracebacks", action="store_true", help="show pytest's full tracebacks instead of one message per failed test"
     )
 
@@ -68,6 +85,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "exercise(id, points=1): the exercise a test grades, and its points")
     config.stash[RESULTS] = {}
+    config.stash[TIMED_OUT] = set()
 
 
 def exercises_dir(config: pytest.Config) -> Path:
@@ -114,6 +132,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.exercise(id=found[0]))  # and `-m "exercise(id='4.2')"` (pytest >= 8.3)
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(timeout))  # read by pytest-timeout, which calls the hook below
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A hang costs one timeout per exercise: once a test of it timed out, its other tests do not run."""
+    found = exercise_of(item)
+    if found is not None and found[0] in item.config.stash[TIMED_OUT]:
+        raise ExerciseAlreadyTimedOut(found[0])
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -204,6 +230,66 @@ def saved_bytes():
     return count_saved_bytes
 
 
+@dataclass
+class OptimizerStep:
+    """One optimizer.step() seen by the optimizer_steps fixture."""
+
+    optimizer: int  # id() of the optimizer that stepped
+    grad_norm: float  # the norm of its gradients as the step began: what the step applied (clipped or not)
+    started: float  # time.perf_counter() as the step began
+    finished: float = math.nan  # and as it ended
+
+
+@pytest.fixture
+def optimizer_steps():
+    """Every optimizer.step() of any torch optimizer while the test runs, in order (torch's global step hooks)."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    steps: list[OptimizerStep] = []
+
+    def pre(optimizer, args, kwargs):
+        grads = [p.grad.flatten().float() for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        norm = torch.cat(grads).norm().item() if grads else 0.0
+        steps.append(OptimizerStep(id(optimizer), norm, time.perf_counter()))
+
+    def post(optimizer, args, kwargs):
+        steps[-1].finished = time.perf_counter()
+
+    handles = [register_optimizer_step_pre_hook(pre), register_optimizer_step_post_hook(post)]
+    yield steps
+    for handle in handles:
+        handle.remove()
+
+
+@dataclass
+class TrainRun:
+    """One minigpt.train.train() call seen by the train_runs fixture."""
+
+    cfg: object  # the TrainConfig it was given
+    result: object  # what it returned
+    seconds: float  # how long it took
+
+
+@pytest.fixture
+def train_runs(answers, monkeypatch):
+    """Every minigpt.train.train() call the answers make while the test runs: what each run really did."""
+    import minigpt.train as train_module
+
+    real = train_module.train
+    runs: list[TrainRun] = []
+
+    def recording_train(cfg, *args, **kwargs):
+        start = time.perf_counter()
+        result = real(cfg, *args, **kwargs)
+        runs.append(TrainRun(cfg, result, time.perf_counter() - start))
+        return result
+
+    monkeypatch.setattr(train_module, "train", recording_train)
+    if getattr(answers, "train", None) is real:  # the stubs' `from minigpt.train import train`
+        monkeypatch.setattr(answers, "train", recording_train)
+    return runs
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Timeouts: pytest-timeout decides when, this hook decides how (one clean failure, no stack dump)
 
@@ -269,8 +355,18 @@ def _short(text: str, max_lines: int = 12) -> str:
     return "\n".join(lines[:max_lines] + (["..."] if len(lines) > max_lines else []))
 
 
-def describe_failure(exercise: str, error: BaseException, folder: Path) -> tuple[str, str]:
-    """(status, message) for a failed exercise test: what a learner needs, without the traceback."""
+def describe_failure(exercise: str, error: BaseException, folder: Path, hint: str = "") -> tuple[str, str]:
+    """(status, message) for a failed exercise test: what a learner needs, without the traceback.
+
+    An answer that is finished but wrong gets the exercise's hint after what the test found.
+    """
+    status, message = _describe(exercise, error, folder)
+    if status == "failed" and hint:
+        message += f"\n  Hint: {hint}"
+    return status, message
+
+
+def _describe(exercise: str, error: BaseException, folder: Path) -> tuple[str, str]:
     missing = _not_implemented(error)
     if missing is not None:
         text = str(missing)
@@ -278,6 +374,8 @@ def describe_failure(exercise: str, error: BaseException, folder: Path) -> tuple
         if match:
             return "not done", f"Exercise {match[1]} not done yet: {match[2]}"
         return "not done", f"Exercise {exercise} not done yet: {text}"
+    if isinstance(error, ExerciseAlreadyTimedOut):
+        return "timeout", f"Exercise {exercise}: not run, an earlier test of this exercise timed out"
     if isinstance(error, ExerciseTimeout):
         return "timeout", (
             f"Exercise {exercise} timed out after {error.args[0]:g} s: does every pass of your "
@@ -317,7 +415,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         if error is None:
             entry.update(status="failed" if report.when == "call" else "error")
             return
-        status, message = describe_failure(exercise, error, answers_dir(item.config))
+        hint = getattr(getattr(item, "module", None), "HINTS", {}).get(exercise, "")
+        status, message = describe_failure(exercise, error, answers_dir(item.config), hint)
+        if status == "timeout":
+            item.config.stash[TIMED_OUT].add(exercise)
         if report.when != "call" and status == "failed":
             status = "error"  # setup or teardown: e.g. the answers file does not import
         entry.update(status=status, message=message)
@@ -336,16 +437,27 @@ def _exercise_key(exercise: str) -> tuple:
 
 
 def grade(results: dict) -> dict:
-    """Per-exercise points earned and possible, tests passed, and the totals (what grade.json holds)."""
+    """Per-exercise points earned and possible, tests passed, each test's status and failure message, and the
+    totals (what grade.json holds)."""
     exercises: dict[str, dict] = {}
     for nodeid, r in results.items():
         e = exercises.setdefault(
             r["exercise"],
-            {"earned": 0.0, "possible": 0.0, "tests_passed": 0, "tests": 0, "passed": True, "results": {}},
+            {
+                "earned": 0.0,
+                "possible": 0.0,
+                "tests_passed": 0,
+                "tests": 0,
+                "passed": True,
+                "results": {},
+                "messages": {},
+            },
         )
         e["possible"] += r["points"]
         e["tests"] += 1
         e["results"][nodeid] = r["status"]
+        if r["message"]:
+            e["messages"][nodeid] = r["message"]
         if r["status"] == "passed":
             e["earned"] += r["points"]
             e["tests_passed"] += 1
@@ -385,6 +497,35 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     )
 
 
+def gradescope_results(results: dict) -> dict:
+    """Gradescope's autograder results.json: one entry per test (its exercise is its number), and the total.
+
+    Format: https://gradescope-autograders.readthedocs.io/en/latest/specs/
+    """
+    tests = []
+    for nodeid, r in sorted(results.items(), key=lambda kv: (_exercise_key(kv[1]["exercise"]), kv[0])):
+        passed = r["status"] == "passed"
+        tests.append(
+            {
+                "name": f"Exercise {r['exercise']}: {nodeid.split('::')[-1]}",
+                "number": r["exercise"],
+                "score": r["points"] if passed else 0.0,
+                "max_score": r["points"],
+                "status": "passed" if passed else "failed",
+                "output": r["message"] or r["status"],
+                "visibility": "visible",
+            }
+        )
+    g = grade(results)
+    return {
+        "score": g["earned"],
+        "output": f"{g['earned']:g}/{g['possible']:g} points",
+        "visibility": "visible",
+        "stdout_visibility": "visible",
+        "tests": tests,
+    }
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     results = session.config.stash.get(RESULTS, {})
     if not results:
@@ -394,3 +535,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     root = session.config.rootpath
     data = {"answers": str(folder.relative_to(root)) if folder.is_relative_to(root) else str(folder), **grade(results)}
     path.write_text(json.dumps(data, indent=1) + "\n")
+    gradescope = session.config.getoption("--gradescope")
+    if gradescope:
+        Path(gradescope).write_text(json.dumps(gradescope_results(results), indent=1) + "\n")

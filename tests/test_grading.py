@@ -1,6 +1,8 @@
 """The grading machinery: exercises/ is generated from solutions/, the reference answers pass every test,
-the untouched stubs fail every test with their hint, the classic wrong answers fail, a hanging answer
-times out while the rest still run, and the exercise notebooks stop at their first check cell.
+the untouched stubs fail every test with their hint, every mistake of the wrong-answer suite fails the test
+meant to catch it (with the property, the values and the hint), a hanging answer costs one timeout and the
+rest still run, the classroom formats agree with the grade, and the exercise notebooks stop at their first
+check cell.
 
 The grader runs in a subprocess (`python -m pytest exercises/ ...`), as a learner or a classroom runs it.
 """
@@ -13,9 +15,12 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tabulate import tabulate
 
 ROOT = Path(__file__).resolve().parents[1]
 ANSI_COLOR = re.compile(r"\x1b\[[0-9;]*m")  # the colors of IPython's tracebacks
@@ -33,13 +38,65 @@ def _load_script():
 make_exercises = _load_script()
 
 
-class GraderRun:
-    """`python -m pytest exercises/ ...` started in a subprocess; result() waits: (its output, its grade.json).
+class Limiter:
+    """Runs subprocesses side by side, a few more at once than the machine has cores, not all of them.
 
-    The runs of this file are independent, so they are all started at once and run side by side.
+    Started all at once (seven notebook kernels and a dozen grader runs on two cores), a kernel could miss
+    its 60 s startup handshake and a notebook fail before its first cell: flaky under load. At most this
+    many run at a time (twice the cores and two: a starting kernel mostly waits); each run's result()
+    keeps the queue moving while it waits.
     """
 
-    def __init__(self, tmp: Path, *args: str, files: tuple[str, ...] = ("exercises/",)) -> None:
+    def __init__(self, limit: int = 2 * (os.cpu_count() or 2) + 2) -> None:
+        self.limit, self.pending, self.running = limit, [], []
+
+    def add(self, run: "Run") -> None:
+        self.pending.append(run)
+        self._start()
+
+    def _start(self) -> None:
+        self.running = [r for r in self.running if r.proc.poll() is None]
+        while self.pending and len(self.running) < self.limit:
+            run = self.pending.pop(0)
+            run.start()
+            self.running.append(run)
+
+    def wait(self, run: "Run", timeout: float = 900) -> None:
+        deadline = time.monotonic() + timeout
+        while run.proc is None or run.proc.poll() is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{run.cmd} did not finish in {timeout:g} s")
+            self._start()
+            time.sleep(0.05)
+        self._start()
+
+    def stop(self) -> None:
+        self.pending.clear()
+        for run in self.running:
+            if run.proc.poll() is None:
+                run.proc.kill()
+                run.proc.wait()
+
+
+class Run:
+    """A subprocess whose output goes to a file (nothing blocks while it is not read), started by a Limiter."""
+
+    def __init__(self, cmd: list[str], env: dict, output: Path, limiter: Limiter) -> None:
+        self.cmd, self.env, self.output, self.limiter, self.proc = cmd, env, output, limiter, None
+        limiter.add(self)
+
+    def start(self) -> None:
+        with open(self.output, "w") as out:
+            self.proc = subprocess.Popen(self.cmd, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+
+    def wait(self) -> None:
+        self.limiter.wait(self)
+
+
+class GraderRun(Run):
+    """`python -m pytest exercises/ ...` in a subprocess; result() waits: (its output, its grade.json)."""
+
+    def __init__(self, limiter: Limiter, tmp: Path, *args: str, files: tuple[str, ...] = ("exercises/",)) -> None:
         self.grade, self.output = tmp / "grade.json", tmp / "output.txt"
         env = {
             **os.environ,
@@ -58,13 +115,12 @@ class GraderRun:
             str(self.grade),
             *args,
         ]
-        with open(self.output, "w") as out:  # a file, not a pipe: nothing blocks while it is not read
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         self._result = None
+        super().__init__(cmd, env, self.output, limiter)
 
     def result(self) -> tuple[str, dict]:
         if self._result is None:
-            self.proc.wait(timeout=900)
+            self.wait()
             output = self.output.read_text()
             assert self.grade.exists(), f"the grader wrote no grade.json:\n{output[-4000:]}"
             self._result = output, json.loads(self.grade.read_text())
@@ -120,10 +176,10 @@ def test_generator_rejects_bad_regions():
 # Solutions pass, stubs fail
 
 
-class NotebookRun:
-    """`jupyter nbconvert --execute` of an exercise notebook, started now; result() waits: (exit code, output)."""
+class NotebookRun(Run):
+    """`jupyter nbconvert --execute` of an exercise notebook; result() waits: (exit code, output)."""
 
-    def __init__(self, notebook: Path, out_dir: Path) -> None:
+    def __init__(self, limiter: Limiter, notebook: Path, out_dir: Path) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         cmd = [
             sys.executable,
@@ -135,14 +191,13 @@ class NotebookRun:
             "--output-dir",
             str(out_dir),
             "--ExecutePreprocessor.timeout=300",
+            "--ExecutePreprocessor.startup_timeout=300",  # a kernel starts slowly on a busy machine
             str(notebook),
         ]
-        self.output = out_dir / "output.txt"
-        with open(self.output, "w") as out:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        super().__init__(cmd, env, out_dir / "output.txt", limiter)
 
     def result(self) -> tuple[int, str]:
-        self.proc.wait(timeout=900)
+        self.wait()
         return self.proc.returncode, ANSI_COLOR.sub("", self.output.read_text())
 
 
@@ -151,21 +206,27 @@ EXERCISE_NOTEBOOKS = sorted(p.name for p in (ROOT / "solutions").glob("ch*.ipynb
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Every grader run this file checks, started together: the solutions, the stubs, the wrong variants, a hang."""
-    started = {
-        "solutions": GraderRun(tmp_path_factory.mktemp("solutions"), "--solutions"),
-        "stubs": GraderRun(tmp_path_factory.mktemp("stubs")),
-    }
-    for i, variants in enumerate(_rounds()):
+    """Every grader run this file checks, queued together: the solutions, the stubs, the notebooks, the
+    wrong-answer rounds and a hang."""
+    limiter = Limiter()
+    started: dict = {}
+    tmp = tmp_path_factory.mktemp("solutions")
+    started["solutions"] = GraderRun(limiter, tmp, "--solutions", "--gradescope", str(tmp / "results.json"))
+    tmp = tmp_path_factory.mktemp("stubs")
+    started["stubs"] = GraderRun(limiter, tmp, "--gradescope", str(tmp / "results.json"))
+    for name in EXERCISE_NOTEBOOKS:  # the slowest: queued early
+        started[name] = NotebookRun(limiter, ROOT / "exercises" / name, tmp_path_factory.mktemp("notebooks"))
+    for i, mistakes in enumerate(_rounds()):
         tmp = tmp_path_factory.mktemp(f"wrong{i}")
-        folder = answers_with(tmp / "answers", variants)
-        exercises = sorted({v[1] for v in variants.values()})
-        files = tuple(sorted({f"exercises/test_{v[0]}.py" for v in variants.values()}))
-        run = GraderRun(tmp, "--answers-dir", str(folder), "-k", " or ".join(exercises), files=files)
-        started.update({name: run for name in variants})
+        folder = answers_with(tmp / "answers", mistakes)
+        exercises = sorted({m.exercise for m in mistakes.values()})
+        files = tuple(sorted({f"exercises/test_{m.module}.py" for m in mistakes.values()}))
+        run = GraderRun(limiter, tmp, "--answers-dir", str(folder), "-k", " or ".join(exercises), files=files)
+        started.update({name: run for name in mistakes})
     tmp = tmp_path_factory.mktemp("hang")
-    folder = answers_with(tmp / "answers", {"hang": ("ch07_fitting_it_together", "7.1", "", HANGING_SEARCH)})
+    folder = answers_with(tmp / "answers", {"hang": HANGING_SEARCH})
     started["hang"] = GraderRun(
+        limiter,
         tmp,
         "--answers-dir",
         str(folder),
@@ -175,13 +236,8 @@ def runs(tmp_path_factory):
         "7.1 or test_planner_rules",
         files=("exercises/test_ch07_fitting_it_together.py",),
     )
-    for name in EXERCISE_NOTEBOOKS:
-        started[name] = NotebookRun(ROOT / "exercises" / name, tmp_path_factory.mktemp("notebooks"))
     yield started
-    for run in started.values():
-        if run.proc.poll() is None:
-            run.proc.kill()
-            run.proc.wait()
+    limiter.stop()
 
 
 @pytest.fixture(scope="module")
@@ -216,66 +272,324 @@ def test_the_score_table_and_grade_json(stubs_run, solutions_run):
     assert "exercise    points    tests passed    status" in output
     assert "total" in output
     exercise = grade["exercises"]["4.1"]
-    assert set(exercise) == {"earned", "possible", "tests_passed", "tests", "passed", "results"}
+    assert set(exercise) == {"earned", "possible", "tests_passed", "tests", "passed", "results", "messages"}
     assert exercise["passed"] is True and exercise["earned"] == exercise["possible"]
     assert sum(e["possible"] for e in grade["exercises"].values()) == grade["possible"]
     assert stubs_run[1]["possible"] == grade["possible"], "the stubs and the solutions are graded by the same tests"
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The classic wrong answers (seed 001, section 7, and a few more) fail the exercise they belong to
+# The wrong-answer suite: mistakes learners make, each written into a copy of solutions/ and graded
 
-WRONG = {
-    # name: (chapter module, exercise, test expected to fail, the wrong function)
-    "no division by accum": (
-        "ch05_grad_accumulation",
-        "5.1",
-        "test_equal_micro_batches_match_one_big_batch",
-        """
-        def accumulate_gradients(model, micro_batches):
-            total = 0.0
-            for x, y in micro_batches:
-                _, loss = model(x, y)
-                loss.backward()  # forgot to divide: the gradients are accum times too big
-                total += loss.item()
-            return total / len(micro_batches)
-    """,
+
+CHAPTER_OF = {p.name[2:4].lstrip("0"): p.stem for p in (ROOT / "solutions").glob("ch*_*.py")}
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A realistic wrong answer: `change` edits the reference answer (old text -> new text, or a new def
+    appended, which wins over the first); `test` is the test that must catch it."""
+
+    exercise: str
+    function: str
+    test: str
+    change: tuple[str, str] | str
+
+    @property
+    def module(self) -> str:
+        return CHAPTER_OF[self.exercise.split(".")[0]]
+
+
+TRADEOFF_TIMED_LOOP = "        for _ in range(steps):\n"
+MISTAKES = {
+    # --- 1.1 decode_float
+    "bits of a negative number without the unsigned mask": Mistake(
+        "1.1",
+        "decode_float",
+        "test_decode_float_matches_the_bits",
+        (".item() & ((1 << width) - 1)", ".item()"),
     ),
-    "mean of micro-batch means with padding": (
-        "ch05_grad_accumulation",
-        "5.1",
-        "test_padded_micro_batches_are_normalized_by_tokens",
-        """
-        def accumulate_gradients(model, micro_batches):
-            total = 0.0
-            for x, y in micro_batches:
-                _, loss = model(x, y)  # the mean over THIS micro-batch's targets
-                (loss / len(micro_batches)).backward()  # right without padding, wrong with it
-                total += loss.item() / len(micro_batches)
-            return total
-    """,
+    "exponent width fixed at fp32's 8 bits": Mistake(
+        "1.1",
+        "decode_float",
+        "test_decode_float_matches_the_bits",
+        ("exponent_bits = width - 1 - mantissa_bits", "exponent_bits = 8"),
     ),
-    "clipping before unscale": (
-        "ch04_fp16_gradscaler",
+    "mantissa width counts the implicit bit": Mistake(
+        "1.1",
+        "decode_float",
+        "test_decode_float_matches_the_bits",
+        (
+            "mantissa_bits = round(-math.log2(torch.finfo(dtype).eps))",
+            "mantissa_bits = round(-math.log2(torch.finfo(dtype).eps)) + 1",
+        ),
+    ),
+    # --- 1.2 value_from_bits
+    "subnormals scaled by 2**(0 - bias)": Mistake(
+        "1.2",
+        "value_from_bits",
+        "test_value_from_bits_inverts_the_decoding",
+        ("fraction * 2.0 ** (1 - bias)", "fraction * 2.0 ** (0 - bias)"),
+    ),
+    "subnormals given the implicit leading 1": Mistake(
+        "1.2",
+        "value_from_bits",
+        "test_value_from_bits_inverts_the_decoding",
+        ("return (-1) ** s * fraction * 2.0 ** (1 - bias)", "return (-1) ** s * (1 + fraction) * 2.0 ** (1 - bias)"),
+    ),
+    "bias without the - 1": Mistake(
+        "1.2",
+        "value_from_bits",
+        "test_value_from_bits_inverts_the_decoding",
+        ("bias, fraction = 2 ** (len(exponent) - 1) - 1,", "bias, fraction = 2 ** (len(exponent) - 1),"),
+    ),
+    "infinity without its sign": Mistake(
+        "1.2",
+        "value_from_bits",
+        "test_value_from_bits_inverts_the_decoding",
+        ("else (-1) ** s * math.inf", "else math.inf"),
+    ),
+    # --- 1.3 update_is_lost
+    "compared in fp64, never rounded": Mistake(
+        "1.3",
+        "update_is_lost",
+        "test_update_is_lost_rounds_in_the_format",
+        """
+        def update_is_lost(w, update, dtype):
+            return w + update == w
+        """,
+    ),
+    "sum kept in fp32, not rounded into the format": Mistake(
+        "1.3",
+        "update_is_lost",
+        "test_update_is_lost_rounds_in_the_format",
+        ("total = (w_stored.double() + update).to(dtype)", "total = (w_stored.float() + update)"),
+    ),
+    "eps * |w| as the threshold": Mistake(
+        "1.3",
+        "update_is_lost",
+        "test_update_is_lost_rounds_in_the_format",
+        """
+        def update_is_lost(w, update, dtype):
+            return abs(update) < torch.finfo(dtype).eps * abs(w)  # the gap is eps * 2**exponent, not eps * w
+        """,
+    ),
+    # --- 1.4 smallest_update_that_survives
+    "the whole gap, not half": Mistake(
+        "1.4",
+        "smallest_update_that_survives",
+        "test_smallest_update_is_half_the_gap",
+        ("- w_stored.double()).item() / 2", "- w_stored.double()).item()"),
+    ),
+    "eps * |w| / 2": Mistake(
+        "1.4",
+        "smallest_update_that_survives",
+        "test_smallest_update_is_half_the_gap",
+        """
+        def smallest_update_that_survives(w, dtype):
+            return torch.finfo(dtype).eps * abs(w) / 2
+        """,
+    ),
+    "the gap below w, not above": Mistake(
+        "1.4",
+        "smallest_update_that_survives",
+        "test_smallest_update_is_half_the_gap",
+        (
+            "torch.tensor([math.inf], dtype=dtype))\n    return (above.double() - w_stored.double())",
+            "torch.tensor([-math.inf], dtype=dtype))\n    return (w_stored.double() - above.double())",
+        ),
+    ),
+    # --- 2.1 count_parameters
+    "lm_head counted as well as the embedding": Mistake(
+        "2.1",
+        "count_parameters",
+        "test_count_parameters_matches_the_model",
+        ("return cfg.vocab_size * C + cfg.n_layer", "return 2 * cfg.vocab_size * C + cfg.n_layer"),
+    ),
+    "a GELU MLP's two matrices": Mistake(
+        "2.1", "count_parameters", "test_count_parameters_matches_the_model", ("mlp = 3 * C * H", "mlp = 2 * C * H")
+    ),
+    "final norm left out": Mistake(
+        "2.1",
+        "count_parameters",
+        "test_count_parameters_matches_the_model",
+        ("(attention + mlp + norms) + C\n", "(attention + mlp + norms)\n"),
+    ),
+    "block norms left out": Mistake(
+        "2.1", "count_parameters", "test_count_parameters_matches_the_model", ("norms = 2 * C\n", "norms = 0\n")
+    ),
+    # --- 2.2 static_bytes
+    "autocast counted with 16-bit weights and grads": Mistake(
+        "2.2", "static_bytes", "test_static_bytes_by_regime", ('"bf16": 4 + 4 + 8,', '"bf16": 2 + 2 + 8,')
+    ),
+    "master copy left out": Mistake(
+        "2.2",
+        "static_bytes",
+        "test_static_bytes_by_regime",
+        ('"bf16-pure+master": 2 + 4 + 4 + 8,', '"bf16-pure+master": 2 + 4 + 8,'),
+    ),
+    "one Adam moment": Mistake(
+        "2.2", "static_bytes", "test_static_bytes_by_regime", ('"fp32": 4 + 4 + 8,', '"fp32": 4 + 4 + 4,')
+    ),
+    "an unknown regime costs 0 bytes": Mistake(
+        "2.2",
+        "static_bytes",
+        "test_static_bytes_rejects_an_unknown_regime",
+        (
+            "    if regime not in per_param:\n        raise ValueError",
+            "    if regime not in per_param:\n        return 0\n        raise ValueError",
+        ),
+    ),
+    # --- 2.3 activation_bytes
+    "q and k after RoPE counted as one C-wide tensor": Mistake(
+        "2.3",
+        "activation_bytes",
+        "test_activation_bytes_match_the_activation_table",
+        ("3 * C, 2 * C, C, heads, C]", "3 * C, C, C, heads, C]"),
+    ),
+    "the log-softmax left out": Mistake(
+        "2.3",
+        "activation_bytes",
+        "test_activation_bytes_match_the_activation_table",
+        ("f32 * (C + 1 + C + C + V) + 8", "f32 * (C + 1 + C + C) + 8"),
+    ),
+    "two H-wide tensors instead of four": Mistake(
+        "2.3",
+        "activation_bytes",
+        "test_activation_bytes_match_the_activation_table",
+        ("mlp = [C, 1, C, C, H, H, H, H]", "mlp = [C, 1, C, C, H, H]"),
+    ),
+    "2 bytes per value": Mistake(
+        "2.3",
+        "activation_bytes",
+        "test_activation_bytes_match_the_activation_table",
+        ("cfg.vocab_size, cfg.n_head, 4\n", "cfg.vocab_size, cfg.n_head, 2\n"),
+    ),
+    "per sequence, not per token": Mistake(
+        "2.3",
+        "activation_bytes",
+        "test_activation_bytes_match_the_activation_table",
+        ("return batch * ctx * (cfg.n_layer", "return batch * (cfg.n_layer"),
+    ),
+    # --- 3.1 autocast_train_step
+    "loss computed in bf16": Mistake(
+        "3.1",
+        "autocast_train_step",
+        "test_forward_in_16_bits_loss_in_fp32",
+        ("F.cross_entropy(logits.float().view(", "F.cross_entropy(logits.view("),
+    ),
+    "no gradient clipping": Mistake(
+        "3.1",
+        "autocast_train_step",
+        "test_weights_stay_fp32_and_take_a_step",
+        (
+            "    loss.backward()\n    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n",
+            "    loss.backward()\n",
+        ),
+    ),
+    "clipping before backward": Mistake(
+        "3.1",
+        "autocast_train_step",
+        "test_weights_stay_fp32_and_take_a_step",
+        (
+            "    loss.backward()\n    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n",
+            "    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n    loss.backward()\n",
+        ),
+    ),
+    "forward outside autocast": Mistake(
+        "3.1",
+        "autocast_train_step",
+        "test_forward_in_16_bits_loss_in_fp32",
+        (
+            (
+                "    with torch.autocast(device_type=x.device.type, dtype=dtype):\n"
+                "        logits, _ = model(x)\n"
+                "    loss = F"
+            ),
+            "    logits, _ = model(x)\n    loss = F",
+        ),
+    ),
+    "model converted to bf16": Mistake(
+        "3.1",
+        "autocast_train_step",
+        "test_weights_stay_fp32_and_take_a_step",
+        (
+            (
+                "    with torch.autocast(device_type=x.device.type, dtype=dtype):\n"
+                "        logits, _ = model(x)\n"
+                "    loss = F"
+            ),
+            (
+                "    model.to(dtype)\n"
+                "    with torch.autocast(device_type=x.device.type, dtype=dtype):\n"
+                "        logits, _ = model(x)\n"
+                "    loss = F"
+            ),
+        ),
+    ),
+    # --- 3.2 compare_precisions
+    "first loss reported as the final one": Mistake(
+        "3.2",
+        "compare_precisions",
+        "test_compare_precisions_table",
+        (
+            '"final_loss": result.losses[-1],\n                "predicted_peak_bytes": predicted.peak',
+            '"final_loss": result.losses[0],\n                "predicted_peak_bytes": predicted.peak',
+        ),
+    ),
+    "skipped steps hard-coded to 0": Mistake(
+        "3.2",
+        "compare_precisions",
+        "test_compare_precisions_table",
+        ('"skipped_steps": result.skipped_steps,', '"skipped_steps": 0,'),
+    ),
+    "peak predicted for fp32 whatever the precision": Mistake(
+        "3.2",
+        "compare_precisions",
+        "test_compare_precisions_table",
+        (
+            "predicted = memory.estimate(get_config(preset), batch, ctx, precision,",
+            'predicted = memory.estimate(get_config(preset), batch, ctx, "fp32",',
+        ),
+    ),
+    "clock started after the run": Mistake(
+        "3.2",
+        "compare_precisions",
+        "test_compare_precisions_table",
+        (
+            "        start = time.perf_counter()\n        result = train(cfg, data)\n        seconds",
+            "        result = train(cfg, data)\n        start = time.perf_counter()\n        seconds",
+        ),
+    ),
+    # --- 3.3 lost_update_fraction
+    "compared in fp64, weights never rounded": Mistake(
+        "3.3",
+        "lost_update_fraction",
+        "test_lost_update_fraction",
+        ("stored = weights.detach().to(dtype)\n", "stored = weights.detach().double()\n"),
+    ),
+    "sums kept in fp32": Mistake(
+        "3.3",
+        "lost_update_fraction",
+        "test_lost_update_fraction",
+        ("return ((stored + update) == stored)", "return ((stored.float() + update) == stored.float())"),
+    ),
+    "a count, not a fraction": Mistake(
+        "3.3",
+        "lost_update_fraction",
+        "test_lost_update_fraction",
+        ("== stored).float().mean().item()", "== stored).float().sum().item()"),
+    ),
+    # --- 4.1 scaled_fp16_step
+    "clipping before unscale_": Mistake(
         "4.1",
+        "scaled_fp16_step",
         "test_clips_the_unscaled_gradients",
-        """
-        def scaled_fp16_step(model, optimizer, scaler, x, y, max_norm=1.0):
-            with torch.autocast(device_type=x.device.type, dtype=torch.float16):
-                _, loss = model(x, y)
-            scale = scaler.get_scale()
-            scaler.scale(loss).backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)  # clips SCALED grads
-            scaler.step(optimizer)  # unscales only now
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            return {"loss": loss.item(), "grad_norm": grad_norm.item(), "scale": scale,
-                    "skipped": scaler.get_scale() < scale}
-    """,
+        ("    scaler.unscale_(optimizer)  # true gradients from here on: clip those\n", ""),
     ),
-    "fp16 without a scaler": (
-        "ch04_fp16_gradscaler",
+    "fp16 without loss scaling": Mistake(
         "4.1",
+        "scaled_fp16_step",
         "test_small_gradients_survive_fp16",
         """
         def scaled_fp16_step(model, optimizer, scaler, x, y, max_norm=1.0):
@@ -286,79 +600,405 @@ WRONG = {
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             return {"loss": loss.item(), "grad_norm": grad_norm.item(), "scale": 1.0, "skipped": False}
-    """,
+        """,
     ),
-    "scheduler steps on skipped steps": (
-        "ch04_fp16_gradscaler",
-        "4.3",
-        "test_schedule_does_not_move_on_a_skipped_step",
-        """
-        def step_unless_skipped(optimizer, scheduler, scaler):
-            scale = scaler.get_scale()
-            scaler.step(optimizer)
-            scaler.update()
-            scheduler.step()  # even when the scaler skipped the step
-            return scaler.get_scale() < scale
-    """,
+    "no gradient clipping (fp16)": Mistake(
+        "4.1",
+        "scaled_fp16_step",
+        "test_clips_the_unscaled_gradients",
+        (
+            "grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)",
+            "grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float('inf'))",
+        ),
     ),
-    "scale tracker not reset after an overflow": (
-        "ch04_fp16_gradscaler",
+    "scale read after the update": Mistake(
+        "4.1",
+        "scaled_fp16_step",
+        "test_an_overflow_skips_the_step",
+        (
+            "    scaler.update()  # halves the scale after a skip\n",
+            "    scaler.update()  # halves the scale after a skip\n    scale = scaler.get_scale()\n",
+        ),
+    ),
+    "scaler.update() forgotten": Mistake(
+        "4.1",
+        "scaled_fp16_step",
+        "test_an_overflow_skips_the_step",
+        ("    scaler.update()  # halves the scale after a skip\n", ""),
+    ),
+    # --- 4.2 update_scale
+    "tracker not reset after an overflow": Mistake(
         "4.2",
+        "update_scale",
         "test_update_scale_matches_gradscaler",
-        """
-        def update_scale(scale, growth_tracker, found_inf, growth_factor=2.0, backoff_factor=0.5,
-                         growth_interval=2000):
-            if found_inf:
-                return scale * backoff_factor, growth_tracker  # the clean streak should restart at 0
-            growth_tracker += 1
-            if growth_tracker == growth_interval:
-                return scale * growth_factor, 0
-            return scale, growth_tracker
-    """,
+        ("return scale * backoff_factor, 0", "return scale * backoff_factor, growth_tracker"),
     ),
-    "loss computed in bf16": (
-        "ch03_autocast",
-        "3.1",
-        "test_forward_in_16_bits_loss_in_fp32",
-        """
-        def autocast_train_step(model, optimizer, x, y, dtype=torch.bfloat16, max_norm=1.0):
-            with torch.autocast(device_type=x.device.type, dtype=dtype):
-                logits, _ = model(x)
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1))  # 16-bit logits, 16-bit loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            return loss.detach()
-    """,
+    "grows one step late": Mistake(
+        "4.2",
+        "update_scale",
+        "test_update_scale_matches_gradscaler",
+        ("if growth_tracker == growth_interval:", "if growth_tracker > growth_interval:"),
     ),
-    "recompute with other dropout masks": (
-        "ch06_checkpointing",
+    "tracker not reset after growing": Mistake(
+        "4.2",
+        "update_scale",
+        "test_update_scale_matches_gradscaler",
+        ("return scale * growth_factor, 0", "return scale * growth_factor, growth_tracker"),
+    ),
+    "interval checked before counting the step": Mistake(
+        "4.2",
+        "update_scale",
+        "test_update_scale_matches_gradscaler",
+        (
+            (
+                "    growth_tracker += 1\n"
+                "    if growth_tracker == growth_interval:\n"
+                "        return scale * growth_factor, 0\n"
+            ),
+            (
+                "    if growth_tracker == growth_interval:\n"
+                "        return scale * growth_factor, 0\n"
+                "    growth_tracker += 1\n"
+            ),
+        ),
+    ),
+    # --- 4.3 step_unless_skipped
+    "scheduler steps on skipped steps": Mistake(
+        "4.3",
+        "step_unless_skipped",
+        "test_schedule_does_not_move_on_a_skipped_step",
+        ("    if not skipped:\n        scheduler.step()\n", "    scheduler.step()\n"),
+    ),
+    "skip read before scaler.update()": Mistake(
+        "4.3",
+        "step_unless_skipped",
+        "test_schedule_does_not_move_on_a_skipped_step",
+        (
+            "    scaler.update()\n    skipped = scaler.get_scale() < scale\n",
+            "    skipped = scaler.get_scale() < scale\n    scaler.update()\n",
+        ),
+    ),
+    "scaler.update() forgotten (4.3)": Mistake(
+        "4.3",
+        "step_unless_skipped",
+        "test_schedule_does_not_move_on_a_skipped_step",
+        ("    scaler.step(optimizer)\n    scaler.update()\n    skipped", "    scaler.step(optimizer)\n    skipped"),
+    ),
+    # --- 4.4 fp16_overflow_experiment
+    "no clipping in the loop": Mistake(
+        "4.4",
+        "fp16_overflow_experiment",
+        "test_overflow_experiment_shows_the_scaler_backing_off",
+        ("        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n", ""),
+    ),
+    "clips the scaled gradients in the loop": Mistake(
+        "4.4",
+        "fp16_overflow_experiment",
+        "test_overflow_experiment_shows_the_scaler_backing_off",
+        (
+            "        scaler.unscale_(optimizer)\n        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n",
+            "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n        scaler.unscale_(optimizer)\n",
+        ),
+    ),
+    "scale recorded after the update": Mistake(
+        "4.4",
+        "fp16_overflow_experiment",
+        "test_overflow_experiment_shows_the_scaler_backing_off",
+        (
+            'rows.append({"step": step, "loss": loss.item(), "scale": scale,',
+            'rows.append({"step": step, "loss": loss.item(), "scale": scaler.get_scale(),',
+        ),
+    ),
+    "optimizer stepped around the scaler": Mistake(
+        "4.4",
+        "fp16_overflow_experiment",
+        "test_overflow_experiment_shows_the_scaler_backing_off",
+        (
+            "        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad",
+            "        optimizer.step()\n        scaler.update()\n        optimizer.zero_grad",
+        ),
+    ),
+    "steps numbered from 0": Mistake(
+        "4.4",
+        "fp16_overflow_experiment",
+        "test_overflow_experiment_shows_the_scaler_backing_off",
+        ("for step in range(1, steps + 1):", "for step in range(steps):"),
+    ),
+    # --- 5.1 accumulate_gradients
+    "no division by the window's tokens": Mistake(
+        "5.1",
+        "accumulate_gradients",
+        "test_equal_micro_batches_match_one_big_batch",
+        ("(summed / n_tokens).backward()", "summed.backward()"),
+    ),
+    "mean of micro-batch means with padding": Mistake(
+        "5.1",
+        "accumulate_gradients",
+        "test_padded_micro_batches_are_normalized_by_tokens",
+        """
+        def accumulate_gradients(model, micro_batches):
+            total = 0.0
+            for x, y in micro_batches:
+                _, loss = model(x, y)  # the mean over THIS micro-batch's targets
+                (loss / len(micro_batches)).backward()  # right without padding, wrong with it
+                total += loss.item() / len(micro_batches)
+            return total
+        """,
+    ),
+    "padding counted as targets": Mistake(
+        "5.1",
+        "accumulate_gradients",
+        "test_padded_micro_batches_are_normalized_by_tokens",
+        (
+            "n_tokens = sum(int((y != IGNORE_INDEX).sum()) for _, y in micro_batches)",
+            "n_tokens = sum(y.numel() for _, y in micro_batches)",
+        ),
+    ),
+    "gradients zeroed in the loop": Mistake(
+        "5.1",
+        "accumulate_gradients",
+        "test_equal_micro_batches_match_one_big_batch",
+        (
+            '        _, summed = model(x, y, reduction="sum")\n',
+            '        model.zero_grad()\n        _, summed = model(x, y, reduction="sum")\n',
+        ),
+    ),
+    "the summed loss returned, not the mean": Mistake(
+        "5.1",
+        "accumulate_gradients",
+        "test_equal_micro_batches_match_one_big_batch",
+        ("    return total / n_tokens\n", "    return total\n"),
+    ),
+    # --- 5.2 effective_batch, accum_for
+    "effective batch without world_size": Mistake(
+        "5.2",
+        "effective_batch",
+        "test_effective_batch",
+        ("return micro_batch * accum * world_size", "return micro_batch * accum"),
+    ),
+    "accum rounded down instead of raising": Mistake(
+        "5.2",
+        "accum_for",
+        "test_accum_for",
+        (
+            "    if target_batch % per_round:\n        raise",
+            "    if target_batch % per_round:\n        return max(1, target_batch // per_round)\n        raise",
+        ),
+    ),
+    "accum without world_size": Mistake(
+        "5.2", "accum_for", "test_accum_for", ("per_round = micro_batch * world_size", "per_round = micro_batch")
+    ),
+    "only the micro-batch must divide": Mistake(
+        "5.2", "accum_for", "test_accum_for", ("if target_batch % per_round:", "if target_batch % micro_batch:")
+    ),
+    # --- 5.3 compare_accumulation
+    "first loss reported (5.3)": Mistake(
+        "5.3",
+        "compare_accumulation",
+        "test_compare_accumulation",
+        (
+            '"final_loss": result.losses[-1],\n                "predicted_peak_bytes": memory',
+            '"final_loss": result.losses[0],\n                "predicted_peak_bytes": memory',
+        ),
+    ),
+    "whole effective batch per micro-batch": Mistake(
+        "5.3",
+        "compare_accumulation",
+        "test_compare_accumulation",
+        (
+            "            batch=micro_batch,\n            accum=accum,",
+            "            batch=effective,\n            accum=accum,",
+        ),
+    ),
+    "peak predicted for the effective batch": Mistake(
+        "5.3",
+        "compare_accumulation",
+        "test_compare_accumulation",
+        (
+            "memory.estimate(get_config(preset), micro_batch, ctx, device=device)",
+            "memory.estimate(get_config(preset), effective, ctx, device=device)",
+        ),
+    ),
+    "clock started after the run (5.3)": Mistake(
+        "5.3",
+        "compare_accumulation",
+        "test_compare_accumulation",
+        (
+            "        start = time.perf_counter()\n        result = train(cfg, data)\n        rows",
+            "        result = train(cfg, data)\n        start = time.perf_counter()\n        rows",
+        ),
+    ),
+    # --- 6.1 checkpointed_forward
+    "recomputation with other dropout masks": Mistake(
         "6.1",
+        "checkpointed_forward",
         "test_dropout_masks_are_the_same_when_recomputed",
+        (
+            "x = checkpoint(block, x, cos, sin, use_reentrant=False)",
+            "x = checkpoint(block, x, cos, sin, use_reentrant=False, preserve_rng_state=False)",
+        ),
+    ),
+    "one checkpoint around the whole stack": Mistake(
+        "6.1",
+        "checkpointed_forward",
+        "test_checkpointed_forward_keeps_only_block_inputs",
         """
         def checkpointed_forward(blocks, x, cos, sin):
-            for block in blocks:
-                x = checkpoint(block, x, cos, sin, use_reentrant=False, preserve_rng_state=False)
-            return x
-    """,
+            def run_all(x):
+                for block in blocks:
+                    x = block(x, cos, sin)
+                return x
+
+            return checkpoint(run_all, x, use_reentrant=False)
+        """,
     ),
-    "every error read as out of memory": (
-        "ch07_fitting_it_together",
-        "7.3",
-        "test_other_errors_are_not_swallowed",
-        """
-        def step_fits(run_step):
-            try:
-                run_step()
-            except Exception:  # a shape bug now reads as "does not fit"
-                return False
-            return True
-    """,
+    "reentrant checkpointing": Mistake(
+        "6.1",
+        "checkpointed_forward",
+        "test_checkpointed_forward_gives_the_same_gradients",
+        (
+            "x = checkpoint(block, x, cos, sin, use_reentrant=False)",
+            "x = checkpoint(block, x, cos, sin, use_reentrant=True)",
+        ),
     ),
-    "binary search off by one": (
-        "ch07_fitting_it_together",
+    "checkpoint's output dropped": Mistake(
+        "6.1",
+        "checkpointed_forward",
+        "test_checkpointed_forward_gives_the_same_gradients",
+        (
+            "x = checkpoint(block, x, cos, sin, use_reentrant=False)",
+            "checkpoint(block, x, cos, sin, use_reentrant=False)",
+        ),
+    ),
+    # --- 6.2 sqrt_segments
+    "L // n blocks per segment, the rest dropped": Mistake(
+        "6.2",
+        "sqrt_segments",
+        "test_sqrt_segments",
+        (
+            "bounds = [round(i * n_layer / n_seg) for i in range(n_seg + 1)]",
+            "bounds = [i * (n_layer // n_seg) for i in range(n_seg + 1)]",
+        ),
+    ),
+    "floor(sqrt(L)) segments": Mistake(
+        "6.2",
+        "sqrt_segments",
+        "test_sqrt_segments",
+        ("n_seg = max(1, round(math.sqrt(n_layer)))", "n_seg = max(1, int(math.sqrt(n_layer)))"),
+    ),
+    "the remainder all in the last segment": Mistake(
+        "6.2",
+        "sqrt_segments",
+        "test_sqrt_segments",
+        (
+            "bounds = [round(i * n_layer / n_seg) for i in range(n_seg + 1)]",
+            "bounds = [i * (n_layer // n_seg) for i in range(n_seg)] + [n_layer]",
+        ),
+    ),
+    "no error for zero layers": Mistake(
+        "6.2",
+        "sqrt_segments",
+        "test_sqrt_segments",
+        ("    if n_layer < 1:\n        raise ValueError", "    if n_layer < 0:\n        raise ValueError"),
+    ),
+    # --- 6.3 sqrt_checkpointed_forward
+    "one checkpoint per block, not per segment": Mistake(
+        "6.3",
+        "sqrt_checkpointed_forward",
+        "test_sqrt_checkpointing_keeps_only_segment_inputs",
+        (
+            "x = checkpoint(run_segment, segment, x, use_reentrant=False)",
+            (
+                "for i in segment:  # each block on its own\n"
+                "            x = checkpoint(blocks[i], x, cos, sin, use_reentrant=False)"
+            ),
+        ),
+    ),
+    "L // n blocks per segment, the rest never run": Mistake(
+        "6.3",
+        "sqrt_checkpointed_forward",
+        "test_sqrt_checkpointing_gives_the_same_gradients",
+        (
+            "    for segment in package_sqrt_segments(len(blocks)):\n",
+            (
+                "    n_seg = round(math.sqrt(len(blocks)))\n"
+                "    size = len(blocks) // n_seg\n"
+                "    for segment in [range(i * size, (i + 1) * size) for i in range(n_seg)]:\n"
+            ),
+        ),
+    ),
+    "one checkpoint around all the segments": Mistake(
+        "6.3",
+        "sqrt_checkpointed_forward",
+        "test_sqrt_checkpointing_keeps_only_segment_inputs",
+        (
+            (
+                "    for segment in package_sqrt_segments(len(blocks)):\n"
+                "        x = checkpoint(run_segment, segment, x, use_reentrant=False)\n"
+            ),
+            "    x = checkpoint(run_segment, range(len(blocks)), x, use_reentrant=False)\n",
+        ),
+    ),
+    "the segment read late by a lambda": Mistake(
+        "6.3",
+        "sqrt_checkpointed_forward",
+        "test_sqrt_checkpointing_gives_the_same_gradients",
+        (
+            "x = checkpoint(run_segment, segment, x, use_reentrant=False)",
+            "x = checkpoint(lambda x: run_segment(segment, x), x, use_reentrant=False)",
+        ),
+    ),
+    "reentrant segments": Mistake(
+        "6.3",
+        "sqrt_checkpointed_forward",
+        "test_sqrt_checkpointing_gives_the_same_gradients",
+        (
+            "x = checkpoint(run_segment, segment, x, use_reentrant=False)",
+            "x = checkpoint(run_segment, segment, x, use_reentrant=True)",
+        ),
+    ),
+    # --- 6.4 checkpointing_tradeoff
+    "no warm-up step": Mistake(
+        "6.4",
+        "checkpointing_tradeoff",
+        "test_checkpointing_tradeoff_table",
+        (
+            (
+                "        loss.backward()  # this was the warm-up step\n"
+                "        optimizer.step()\n"
+                "        optimizer.zero_grad(set_to_none=True)\n"
+            ),
+            "        del loss  # counted; no warm-up step\n",
+        ),
+    ),
+    "total time, not divided by the steps": Mistake(
+        "6.4",
+        "checkpointing_tradeoff",
+        "test_checkpointing_tradeoff_table",
+        (
+            '"seconds_per_step": (time.perf_counter() - start) / steps,',
+            '"seconds_per_step": time.perf_counter() - start,',
+        ),
+    ),
+    "weights counted as activations": Mistake(
+        "6.4",
+        "checkpointing_tradeoff",
+        "test_checkpointing_tradeoff_table",
+        ("            if storage.data_ptr() not in weights:\n", "            if True:\n"),
+    ),
+    "ratios inverted": Mistake(
+        "6.4",
+        "checkpointing_tradeoff",
+        "test_checkpointing_tradeoff_table",
+        (
+            'row["activations_ratio"] = row["activation_bytes"] / rows[0]["activation_bytes"]',
+            'row["activations_ratio"] = rows[0]["activation_bytes"] / row["activation_bytes"]',
+        ),
+    ),
+    # --- 7.1 find_max_batch_size
+    "binary search off by one": Mistake(
         "7.1",
+        "find_max_batch_size",
         "test_binary_search_finds_the_largest_batch",
         """
         def find_max_batch_size(fits, low=1, high=256):
@@ -370,48 +1010,172 @@ WRONG = {
                 else:
                     hi = mid
             return lo
-    """,
+        """,
+    ),
+    "low never checked": Mistake(
+        "7.1",
+        "find_max_batch_size",
+        "test_nothing_fits_returns_zero",
+        ("    if not fits(low):\n        return 0\n", ""),
+    ),
+    "linear search down from high": Mistake(
+        "7.1",
+        "find_max_batch_size",
+        "test_binary_search_finds_the_largest_batch",
+        """
+        def find_max_batch_size(fits, low=1, high=256):
+            for batch in range(high, low - 1, -1):
+                if fits(batch):
+                    return batch
+            return 0
+        """,
+    ),
+    "doubling past high": Mistake(
+        "7.1",
+        "find_max_batch_size",
+        "test_binary_search_finds_the_largest_batch",
+        (
+            "    lo, hi = low, high\n    while lo < hi:\n        mid = (lo + hi + 1)",
+            (
+                "    good = low\n"
+                "    while fits(good * 2):  # double until it fails\n"
+                "        good *= 2\n"
+                "    lo, hi = good, min(2 * good - 1, high)\n"
+                "    while lo < hi:\n"
+                "        mid = (lo + hi + 1)"
+            ),
+        ),
+    ),
+    # --- 7.2 plan_micro_batch
+    "a peak equal to the budget rejected": Mistake(
+        "7.2",
+        "plan_micro_batch",
+        "test_planner_edge_cases",
+        ("if predict_peak(m, mode) <= budget_bytes]", "if predict_peak(m, mode) < budget_bytes]"),
+    ),
+    "the modes' order ignored": Mistake(
+        "7.2",
+        "plan_micro_batch",
+        "test_planner_edge_cases",
+        ("    for mode in modes:\n        fitting", '    for mode in ("none", "selective", "full"):\n        fitting'),
+    ),
+    "nothing fits: the last mode": Mistake(
+        "7.2",
+        "plan_micro_batch",
+        "test_planner_edge_cases",
+        ("    mode = min(peaks, key=peaks.get)\n", "    mode = modes[-1]\n"),
+    ),
+    "micro-batches that do not divide": Mistake(
+        "7.2",
+        "plan_micro_batch",
+        "test_planner_rules",
+        (
+            "divisors = [m for m in range(1, effective_batch + 1) if effective_batch % m == 0]",
+            "divisors = list(range(1, effective_batch + 1))",
+        ),
+    ),
+    # --- 7.3 step_fits
+    "every error read as out of memory": Mistake(
+        "7.3",
+        "step_fits",
+        "test_other_errors_are_not_swallowed",
+        """
+        def step_fits(run_step):
+            try:
+                run_step()
+            except Exception:  # a shape bug now reads as "does not fit"
+                return False
+            return True
+        """,
+    ),
+    "only torch.OutOfMemoryError caught": Mistake(
+        "7.3",
+        "step_fits",
+        "test_out_of_memory_means_does_not_fit",
+        (
+            'if not isinstance(error, torch.OutOfMemoryError) and "out of memory" not in str(error).lower():',
+            "if not isinstance(error, torch.OutOfMemoryError):",
+        ),
+    ),
+    "every RuntimeError read as out of memory": Mistake(
+        "7.3",
+        "step_fits",
+        "test_other_errors_are_not_swallowed",
+        (
+            'if not isinstance(error, torch.OutOfMemoryError) and "out of memory" not in str(error).lower():',
+            "if False:",
+        ),
+    ),
+    "True never returned": Mistake(
+        "7.3",
+        "step_fits",
+        "test_out_of_memory_means_does_not_fit",
+        ("    return not out_of_memory\n", "    if out_of_memory:\n        return False\n"),
     ),
 }
 
 
-def _rounds() -> list[dict[str, tuple]]:
-    """Group the wrong variants into as few grader runs as possible: one variant per function per run."""
-    rounds: list[dict[str, tuple]] = []
-    for name, variant in WRONG.items():
-        key = (variant[0], variant[3].split("def ")[1].split("(")[0])
+def _rounds() -> list[dict[str, Mistake]]:
+    """Group the mistakes into as few grader runs as possible: at most one mistake per function per run."""
+    rounds: list[dict[str, Mistake]] = []
+    for name, mistake in MISTAKES.items():
+        key = (mistake.module, mistake.function)
         for r in rounds:
-            if key not in {(v[0], v[3].split("def ")[1].split("(")[0]) for v in r.values()}:
-                r[name] = variant
+            if key not in {(m.module, m.function) for m in r.values()}:
+                r[name] = mistake
                 break
         else:
-            rounds.append({name: variant})
+            rounds.append({name: mistake})
     return rounds
 
 
-def answers_with(folder: Path, variants: dict[str, tuple]) -> Path:
-    """A copy of solutions/*.py in which each variant's function is redefined (the later def wins)."""
+def answers_with(folder: Path, mistakes: dict[str, Mistake]) -> Path:
+    """A copy of solutions/*.py (without the solution markers) with each mistake written into it."""
     folder.mkdir(parents=True, exist_ok=True)
     for path in (ROOT / "solutions").glob("ch*_*.py"):
-        shutil.copy(path, folder / path.name)
-    for name, (module, _, _, source) in variants.items():
-        path = folder / f"{module}.py"
-        path.write_text(path.read_text() + f"\n\n# WRONG: {name}\n" + textwrap.dedent(source))
+        text = re.sub(r"^\s*# (BEGIN|END) SOLUTION.*\n", "", path.read_text(), flags=re.M)
+        (folder / path.name).write_text(text)
+    for name, m in mistakes.items():
+        path = folder / f"{m.module}.py"
+        text = path.read_text()
+        if isinstance(m.change, str):  # a new def, appended: it replaces the first
+            text += f"\n\n# WRONG: {name}\n" + textwrap.dedent(m.change)
+        else:
+            old, new = m.change
+            assert text.count(old) == 1, f"{name}: {old!r} occurs {text.count(old)} times in {m.module}.py"
+            text = text.replace(old, new)
+        path.write_text(text)
     return folder
 
 
 @pytest.fixture(scope="module")
 def wrong_runs(runs) -> dict[str, dict]:
-    """grade.json of the grader run that holds each wrong variant, by variant name."""
-    return {name: runs[name].result()[1] for name in WRONG}
+    """grade.json of the grader run that holds each mistake, by mistake name."""
+    return {name: runs[name].result()[1] for name in MISTAKES}
 
 
-@pytest.mark.parametrize("mistake", WRONG)
+def _caught_by(grade: dict, exercise: str) -> list[tuple[str, str, str]]:
+    """(test, status, message) of each test of the exercise that did not pass."""
+    e = grade["exercises"][exercise]
+    return [
+        (node.split("::")[-1], status, e["messages"].get(node, ""))
+        for node, status in e["results"].items()
+        if status != "passed"
+    ]
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
 def test_the_grader_catches(mistake, wrong_runs):
-    _, exercise, test_name, _ = WRONG[mistake]
-    result = wrong_runs[mistake]["exercises"][exercise]
-    assert statuses(wrong_runs[mistake])[test_name] == "failed", f"{mistake}: {result}"
-    assert result["earned"] < result["possible"] and not result["passed"]
+    m = MISTAKES[mistake]
+    grade = wrong_runs[mistake]
+    result = grade["exercises"][m.exercise]
+    assert result["earned"] < result["possible"] and not result["passed"], f"{mistake} passed: {result}"
+    caught = {test: (status, message) for test, status, message in _caught_by(grade, m.exercise)}
+    assert m.test in caught, f"{mistake}: caught by {sorted(caught)}, not by {m.test}"
+    status, message = caught[m.test]
+    # A finished but wrong answer: a failure (not a crash of the grader), with what went wrong and the hint.
+    assert status == "failed", f"{mistake}: {m.test} is {status!r}: {message}"
+    assert f"Exercise {m.exercise}" in message and "\n  Hint: " in message, f"{mistake}: {message}"
 
 
 def test_padding_is_what_separates_the_mean_of_means(wrong_runs):
@@ -420,11 +1184,32 @@ def test_padding_is_what_separates_the_mean_of_means(wrong_runs):
     assert grade["test_equal_micro_batches_match_one_big_batch"] == "passed"
 
 
+def test_the_wrong_answer_suite_covers_every_exercise(solutions_run, wrong_runs, capsys):
+    """At least 3 mistakes per exercise, 72 in all; prints the table of mistakes and what caught each."""
+    per_exercise = {e: 0 for e in solutions_run[1]["exercises"]}
+    for m in MISTAKES.values():
+        per_exercise[m.exercise] += 1
+    rows = []
+    for name, m in MISTAKES.items():
+        caught = _caught_by(wrong_runs[name], m.exercise)
+        first = next((msg for test, _, msg in caught if test == m.test), "")
+        rows.append([m.exercise, name, m.test, textwrap.shorten(first.split("\n")[0], 90)])
+    with capsys.disabled():
+        print(f"\n\nThe wrong-answer suite: {len(MISTAKES)} mistakes, what caught each\n")
+        print(tabulate(rows, headers=["exercise", "mistake", "caught by", "message"], tablefmt="simple"))
+    few = {e: n for e, n in per_exercise.items() if n < 3}
+    assert not few and len(MISTAKES) >= 72, f"exercises with fewer than 3 mistakes: {few}; {len(MISTAKES)} in all"
+
+
 # ----------------------------------------------------------------------------------------------------------
 # A hanging answer times out, and the other exercises still run
 
 
-HANGING_SEARCH = """
+HANGING_SEARCH = Mistake(
+    "7.1",
+    "find_max_batch_size",
+    "test_binary_search_finds_the_largest_batch",
+    """
     def find_max_batch_size(fits, low=1, high=256):
         lo, hi = low, high
         while lo < hi:
@@ -434,15 +1219,18 @@ HANGING_SEARCH = """
             else:
                 hi = mid - 1
         return lo
-"""
+    """,
+)
 
 
-def test_a_hanging_answer_times_out_and_the_rest_still_run(runs):
+def test_a_hanging_answer_times_out_once_and_the_rest_still_run(runs):
     output, grade = runs["hang"].result()
     assert set(grade["exercises"]) == {"7.1", "7.2"}, "-k selects tests by exercise id or by name"
-    assert "timeout" in grade["exercises"]["7.1"]["results"].values()
+    assert set(grade["exercises"]["7.1"]["results"].values()) == {"timeout"}, grade["exercises"]["7.1"]
     assert statuses(grade)["test_planner_rules"] == "passed", "the tests after the hanging one still run"
-    assert "Exercise 7.1 timed out after 5 s" in output and "Traceback" not in output
+    # One timeout for the exercise: its first test waits 5 s, its second is not run.
+    assert output.count("timed out after 5 s") == 1 and "Traceback" not in output, output[-3000:]
+    assert "Exercise 7.1: not run, an earlier test of this exercise timed out" in output
 
 
 # ----------------------------------------------------------------------------------------------------------
