@@ -204,8 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("formats", help="the floating-point formats table")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_formats)
+    from minigpt.hardware import HARDWARE
     from minigpt.model import PRESETS
-    from minigpt.plan import HARDWARE
     from minigpt.recompute import CHECKPOINTING_MODES
 
     p = sub.add_parser("memory", help="memory of one training step: predicted, and measured with --measure")

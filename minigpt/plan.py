@@ -7,146 +7,20 @@ The planner asks minigpt.memory for the predicted peak of one training step and 
      accum = effective_batch / micro_batch exactly;
   3. checkpointing: only when even micro-batch 1 does not fit, and then the cheapest mode that fits;
   4. when nothing fits: a Plan with fits=False and a `lever` sentence saying what would make it fit.
-find_max_batch_size() checks a plan against reality: a binary search over real training steps.
-
-Units: hardware sizes are taken as marketed, in GB (10**9 bytes); every size this module prints is in GiB
-(2**30 bytes), the unit of torch and nvidia-smi: a "16 GB" T4 is 16e9 bytes = 14.9 GiB here. The driver
-reports a little less or more than the box says; the headroom covers that, and detect_hardware() reads
-the real size of this machine's device.
+Sizes print in GiB (see minigpt.hardware); minigpt.batch_search checks a plan against real training steps.
 """
 
 from __future__ import annotations
 
 import functools
-import gc
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
-import torch
-
 from minigpt import memory
+from minigpt.hardware import GIB, Hardware, choose_precision, get_hardware, gib
 from minigpt.model import PRESETS, ModelConfig, count_params
-from minigpt.precision import normalize_precision, static_bytes_per_param
+from minigpt.precision import static_bytes_per_param
 from minigpt.recompute import CHECKPOINTING_MODES
-
-GB = 10**9  # marketing gigabyte: how GPU and RAM sizes are sold
-GIB = 2**30  # how this module reports every size
-
-
-def gib(n_bytes: float) -> str:
-    """`n_bytes` as GiB with two decimals, e.g. "14.90 GiB"."""
-    return f"{n_bytes / GIB:.2f} GiB"
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Hardware
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """A device to plan for. memory_bytes is what it has; usable_fraction the part training may use."""
-
-    key: str
-    name: str
-    memory_bytes: int
-    supports_bf16: bool  # native bf16 (Ampere sm_80 and newer, Apple M-series, CPUs with bf16 instructions)
-    supports_fp16: bool  # fast fp16: tensor cores (Volta sm_70 and newer) or Apple's GPU
-    kind: str  # "cuda" | "mps" | "cpu"
-    note: str = ""
-    usable_fraction: float = 1.0  # mps: the GPU may only wire part of the unified memory
-
-    @property
-    def usable_memory_bytes(self) -> int:
-        return int(self.memory_bytes * self.usable_fraction)
-
-
-MPS_USABLE_FRACTION = 2 / 3  # Metal's recommended GPU working set is about 2/3 of RAM on 8-32 GB Macs
-
-_TURING, _VOLTA = "Turing sm_75: fp16 tensor cores, no bf16", "Volta sm_70: fp16 tensor cores, no bf16"
-HARDWARE: dict[str, Hardware] = {
-    h.key: h
-    for h in [
-        Hardware("t4", "NVIDIA T4", 16 * GB, False, True, "cuda", _TURING),
-        Hardware("v100-16", "NVIDIA V100 16GB", 16 * GB, False, True, "cuda", _VOLTA),
-        Hardware("v100-32", "NVIDIA V100 32GB", 32 * GB, False, True, "cuda", _VOLTA),
-        Hardware("l4", "NVIDIA L4", 24 * GB, True, True, "cuda", "Ada sm_89"),
-        Hardware("a10", "NVIDIA A10", 24 * GB, True, True, "cuda", "Ampere sm_86"),
-        Hardware("rtx3090", "NVIDIA RTX 3090", 24 * GB, True, True, "cuda", "Ampere sm_86"),
-        Hardware("rtx4090", "NVIDIA RTX 4090", 24 * GB, True, True, "cuda", "Ada sm_89"),
-        Hardware("a100-40", "NVIDIA A100 40GB", 40 * GB, True, True, "cuda", "Ampere sm_80 (Colab's A100)"),
-        Hardware("a100-80", "NVIDIA A100 80GB", 80 * GB, True, True, "cuda", "Ampere sm_80"),
-        Hardware("h100", "NVIDIA H100 80GB", 80 * GB, True, True, "cuda", "Hopper sm_90"),
-        # Unified memory: 16 GB of RAM by default (pass memory_bytes= your Mac's RAM).
-        Hardware(
-            "mps",
-            "Apple M-series GPU",
-            16 * GB,
-            True,
-            True,
-            "mps",
-            "unified memory shared with the CPU, the GPU may use about 2/3 of it; bf16 needs macOS 14+",
-            usable_fraction=MPS_USABLE_FRACTION,
-        ),
-        # 16 GB of RAM by default (pass memory_bytes= the RAM that is free).
-        Hardware(
-            "cpu",
-            "CPU",
-            16 * GB,
-            False,
-            False,
-            "cpu",
-            "a typical CPU without bf16 instructions; detect_hardware() describes this machine's",
-        ),
-    ]
-}
-
-
-def detect_hardware(device: str | torch.device | None = None) -> Hardware:
-    """This machine's device as a Hardware (default: the one training would pick), from minigpt.device."""
-    from minigpt.device import device_info
-
-    info = device_info(device)
-    fraction = MPS_USABLE_FRACTION if info.type == "mps" else 1.0
-    tensor_cores = info.type == "mps" or (info.compute_capability or (0, 0)) >= (7, 0)  # Volta and newer
-    return Hardware(
-        key="this",
-        name=info.name,
-        memory_bytes=info.total_memory_bytes or 0,
-        supports_bf16=info.bf16_is_fast,
-        supports_fp16=info.supports_fp16_autocast and tensor_cores,
-        kind=info.type,
-        note=info.note,
-        usable_fraction=fraction,
-    )
-
-
-def get_hardware(hardware: str | Hardware) -> Hardware:
-    """A Hardware from its key in HARDWARE (or the Hardware itself); ValueError naming the keys otherwise."""
-    if isinstance(hardware, Hardware):
-        return hardware
-    key = str(hardware).strip().lower()
-    if key not in HARDWARE:
-        raise ValueError(f"unknown hardware {hardware!r}; choose one of: {', '.join(HARDWARE)}")
-    return HARDWARE[key]
-
-
-def choose_precision(hw: Hardware) -> tuple[str, str]:
-    """The precision for `hw`, and why: bf16 if native, else fp16 + GradScaler on a GPU, else fp32."""
-    if hw.supports_bf16:
-        return "bf16", (
-            f"precision bf16 (autocast): the {hw.name} runs bf16 natively, and bf16 has fp32's "
-            f"range, so no GradScaler is needed"
-        )
-    if hw.supports_fp16 and hw.kind != "cpu":
-        return "fp16", (
-            f"precision fp16 (autocast) with a GradScaler: the {hw.name} has fast fp16 but no "
-            f"bf16 ({hw.note}); fp16 gradients underflow, so the loss is scaled before backward"
-        )
-    return "fp32", (
-        f"precision fp32: the {hw.name} has no bf16 instructions, so bf16 would be emulated "
-        f"through fp32 (slower), and fp16 autocast on a CPU is slower still"
-    )
-
 
 # ----------------------------------------------------------------------------------------------------------
 # Time cost of checkpointing, from a FLOP model
@@ -474,15 +348,15 @@ def _longest_fitting_ctx(predict: Predictor, ctx: int, mode: str, usable: int) -
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The book's recommended-settings table, regenerated
+# Recommended settings from rules of thumb, set against the planner
 
-# The book's effective batch: "GPU memory caps you at batch=32 ... effective batch = 32 * 4 = 128", and its
-# exercise keeps "effective batch at 128". The course's example command plans the same 128.
-BOOK_EFFECTIVE_BATCH = 128
+# The effective batch of a published guide's rules of thumb: "GPU memory caps you at batch=32 ... effective
+# batch = 32 * 4 = 128". The course's example command plans the same 128.
+RULES_OF_THUMB_EFFECTIVE_BATCH = 128
 
-# Section 8 of the book ("Recommended settings for this book"), as data. accum is a (low, high) range.
-# The book's "Colab A100" and "A100" are taken as the 40 GB A100 Colab rents.
-BOOK_TABLE: list[dict] = [
+# A published guide's table of recommended settings per model and GPU, as data. accum is a (low, high)
+# range. Its "Colab A100" and "A100" are taken as the 40 GB A100 Colab rents.
+RULES_OF_THUMB: list[dict] = [
     dict(zip(("preset", "hardware", "precision", "accum", "checkpointing"), row))
     for row in [
         ("10m", "mps", "bf16", (1, 1), False),
@@ -499,9 +373,9 @@ def recommended_table(
     presets: tuple[str, ...] = ("10m", "30m", "125m"),
     hardware: tuple[str, ...] = ("cpu", "mps", "t4", "a100-80"),
     ctx: int | None = None,
-    effective_batch: int = BOOK_EFFECTIVE_BATCH,
+    effective_batch: int = RULES_OF_THUMB_EFFECTIVE_BATCH,
 ) -> list[dict]:
-    """The book's recommended-settings table, computed by the planner: one row per preset x hardware.
+    """A table of recommended settings, computed by the planner: one row per preset x hardware.
 
     ctx None means each preset's maximum context. Print it with tabulate(rows, headers="keys").
     """
@@ -528,17 +402,18 @@ def recommended_table(
     return rows
 
 
-def compare_with_book(effective_batch: int = BOOK_EFFECTIVE_BATCH) -> list[dict]:
-    """The book's rows next to the planner's, with what differs and why.
+def compare_with_rules_of_thumb(effective_batch: int = RULES_OF_THUMB_EFFECTIVE_BATCH) -> list[dict]:
+    """Each row of RULES_OF_THUMB next to the planner's choice for the same model and hardware, and why.
 
-    The book used rules of thumb; the planner uses minigpt.memory's model of this course's GPT.
+    The rules of thumb guess; the planner uses minigpt.memory's model of this course's GPT.
+    The book_* columns hold the rule of thumb, the plan_* columns the planner's choice.
     """
     rows = []
-    for book in BOOK_TABLE:
-        p = plan(book["preset"], book["hardware"], PRESETS[book["preset"]].ctx, effective_batch)
-        low, high = book["accum"]
+    for rule in RULES_OF_THUMB:
+        p = plan(rule["preset"], rule["hardware"], PRESETS[rule["preset"]].ctx, effective_batch)
+        low, high = rule["accum"]
         differs, why = [], []
-        if p.precision_label != book["precision"]:
+        if p.precision_label != rule["precision"]:
             differs.append("precision")
         if not low <= p.accum <= high:
             differs.append("accum")
@@ -547,7 +422,7 @@ def compare_with_book(effective_batch: int = BOOK_EFFECTIVE_BATCH) -> list[dict]
                 f"{gib(p.predicted_peak_bytes)} of {gib(p.usable_bytes)}), so accum = "
                 f"{effective_batch} / {p.micro_batch}"
             )
-        if (p.checkpointing != "none") != book["checkpointing"]:
+        if (p.checkpointing != "none") != rule["checkpointing"]:
             differs.append("checkpointing")
             why.append(
                 "it fits without checkpointing, so the planner avoids the recompute"
@@ -556,104 +431,16 @@ def compare_with_book(effective_batch: int = BOOK_EFFECTIVE_BATCH) -> list[dict]
             )
         rows.append(
             {
-                "preset": book["preset"],
-                "hardware": book["hardware"],
-                "book_precision": book["precision"],
+                "preset": rule["preset"],
+                "hardware": rule["hardware"],
+                "book_precision": rule["precision"],
                 "plan_precision": p.precision_label,
                 "book_accum": str(low) if low == high else f"{low}~{high}",
                 "plan_accum": p.accum,
-                "book_ckpt": "yes" if book["checkpointing"] else "no",
+                "book_ckpt": "yes" if rule["checkpointing"] else "no",
                 "plan_ckpt": p.checkpointing,
                 "agrees": not differs,
                 "why": "; ".join(why) if why else ("same" if not differs else f"{', '.join(differs)} differ"),
             }
         )
     return rows
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Finding the largest micro-batch by trying it
-
-
-def _is_out_of_memory(error: BaseException) -> bool:
-    # CUDA raises torch.OutOfMemoryError (= torch.cuda.OutOfMemoryError); MPS a RuntimeError saying so.
-    return isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error).lower()
-
-
-def _measured_peak(
-    cfg: ModelConfig, batch: int, ctx: int, precision: str, checkpointing: str, device: torch.device
-) -> int | None:
-    """Measured peak bytes of one real training step (forward, backward, AdamW); None if out of memory."""
-    peak, out_of_memory = None, False
-    try:
-        # measured: the step's real high-water mark (on CUDA, torch.cuda.max_memory_allocated)
-        peak = memory.measure(
-            cfg, batch, ctx, precision=precision, checkpointing=checkpointing, device=str(device)
-        ).peak
-    except RuntimeError as error:  # torch.OutOfMemoryError is a RuntimeError
-        if not _is_out_of_memory(error):
-            raise
-        out_of_memory = True
-    # Free memory here, outside the except block: until it ends, the exception's traceback keeps the
-    # failed step's frames, and so its tensors, alive.
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()  # give cached blocks back so the next try starts from an empty allocator
-        torch.cuda.reset_peak_memory_stats(device)
-    elif device.type == "mps":
-        torch.mps.empty_cache()
-    return None if out_of_memory else peak
-
-
-def find_max_batch_size(
-    model_cfg: ModelConfig,
-    ctx: int,
-    precision: str = "fp32",
-    checkpointing: str = "none",
-    device: str | torch.device = "cpu",
-    budget_bytes: int | None = None,
-    low: int = 1,
-    high: int = 256,
-    trace: list[tuple[int, bool, int | None]] | None = None,
-) -> int:
-    """The largest batch in [low, high] whose real training step fits, by binary search; 0 if `low` does not.
-
-    On CUDA a batch fits when the step runs without running out of memory (and, with budget_bytes, its
-    measured peak is within it). On CPU and MPS budget_bytes is required: a batch fits when its measured
-    peak <= budget_bytes. `trace`, if given, receives (batch, fits, measured peak or None) for each try.
-    """
-    from minigpt.device import pick_device
-
-    device = pick_device(device) if isinstance(device, str) else device
-    normalize_precision(precision)
-    if checkpointing not in CHECKPOINTING_MODES:
-        raise ValueError(f"unknown checkpointing {checkpointing!r}; choose one of: {', '.join(CHECKPOINTING_MODES)}")
-    if not 1 <= ctx <= model_cfg.ctx:
-        raise ValueError(f"ctx must be between 1 and the model's maximum of {model_cfg.ctx}, got {ctx}")
-    if not 1 <= low <= high:
-        raise ValueError(f"need 1 <= low <= high, got low={low}, high={high}")
-    if budget_bytes is None and device.type != "cuda":
-        raise ValueError(
-            f"on {device.type}, running out of memory is not a reliable error (the OS swaps "
-            f"first, or kills the process): pass budget_bytes, the memory the step may use"
-        )
-    if budget_bytes is not None and budget_bytes <= 0:
-        raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
-
-    def fits(batch: int) -> bool:
-        peak = _measured_peak(model_cfg, batch, ctx, precision, checkpointing, device)
-        ok = peak is not None and (budget_bytes is None or peak <= budget_bytes)
-        if trace is not None:
-            trace.append((batch, ok, peak))
-        return ok
-
-    if not fits(low):
-        return 0  # not an error: the caller (a plan, a chapter) then reaches for another lever
-    lo, hi = low, high  # invariant: lo fits; everything above hi is known not to (or untested past high)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from minigpt.demos.common import MIB, conclude, default_scale, mib, pyplot, save_figure, show_table
+from minigpt.hardware import GIB
 from minigpt.memory import activations_korthikanti, activations_rule_of_thumb, estimate, measure, static_table
 from minigpt.model import COURSE_PRESETS, get_config
-from minigpt.plan import GIB
 from minigpt.precision import static_bytes_per_param
 
 

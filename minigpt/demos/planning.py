@@ -1,6 +1,6 @@
 """Demo `plan`: the planner picks precision, micro-batch, accumulation and checkpointing for some hardware.
 
-Its choices for each preset, and the reasons, are set against the book's table of recommended settings.
+Its choices for each preset, and the reasons, are set against recommended settings from rules of thumb.
 """
 
 from __future__ import annotations
@@ -8,20 +8,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from minigpt.demos.common import conclude, pyplot, save_figure, show_table
+from minigpt.hardware import GIB, detect_hardware
 from minigpt.model import PRESETS
-from minigpt.plan import GIB, compare_with_book, detect_hardware, plan, recommended_table
+from minigpt.plan import compare_with_rules_of_thumb, plan, recommended_table
 
 
 def demo_plan(out: Path, quick: bool = False) -> list[Path]:
-    """The planner's choices for each preset on common hardware, and why, against the book's table."""
+    """The planner's choices for each preset on common hardware, and why, against the rules of thumb."""
     t4 = plan("125m", "t4", PRESETS["125m"].ctx, 128)
     print(t4.explain())
     hardware = ("cpu", "t4") if quick else ("cpu", "mps", "t4", "a100-80")
     rows = recommended_table(hardware=hardware)
     show_table("Recommended settings, computed (effective batch 128, each preset's full ctx)", rows)
-    book = compare_with_book()
-    show_table("The book's table against the planner", [{k: v for k, v in r.items() if k != "why"} for r in book])
-    for r in book:
+    rules = compare_with_rules_of_thumb()
+    show_table("The rules of thumb against the planner", [{k: v for k, v in r.items() if k != "why"} for r in rules])
+    for r in rules:
         if not r["agrees"]:
             print(f"  {r['preset']} on {r['hardware']}: {r['why']}")
     here = detect_hardware()
