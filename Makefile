@@ -8,7 +8,7 @@ TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lab lint format badges bench slides chapters clean
+.PHONY: setup demo test lab lint format badges bench slides chapters grade clean
 
 setup: $(STAMP)
 
@@ -57,6 +57,12 @@ lint: setup
 format: setup
 	$(VENV)/bin/ruff check --fix $(LINTED)
 	$(VENV)/bin/ruff format $(LINTED)
+
+# Grade a folder of submissions (one subfolder per learner, holding their exercises/chNN_*.py) into grades.csv,
+# each learner in its own process: make grade SUBMISSIONS=dir/ [TIMEOUT=60]
+grade: setup
+	@test -n "$(SUBMISSIONS)" || (echo "usage: make grade SUBMISSIONS=dir/" && exit 2)
+	$(PY) scripts/grade_submissions.py $(SUBMISSIONS) --out grades.csv $(if $(TIMEOUT),--exercise-timeout $(TIMEOUT))
 
 # Point every notebook's Colab badge and setup cell at another GitHub repo: make badges REPO=owner/name
 badges: setup

@@ -7,6 +7,8 @@ check cell.
 The grader runs in a subprocess (`python -m pytest exercises/ ...`), as a learner or a classroom runs it.
 """
 
+import ast
+import csv
 import importlib.util
 import json
 import os
@@ -97,7 +99,7 @@ class GraderRun(Run):
     """`python -m pytest exercises/ ...` in a subprocess; result() waits: (its output, its grade.json)."""
 
     def __init__(self, limiter: Limiter, tmp: Path, *args: str, files: tuple[str, ...] = ("exercises/",)) -> None:
-        self.grade, self.output = tmp / "grade.json", tmp / "output.txt"
+        self.dir, self.grade, self.output = tmp, tmp / "grade.json", tmp / "output.txt"
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
@@ -236,6 +238,14 @@ def runs(tmp_path_factory):
         "7.1 or test_planner_rules",
         files=("exercises/test_ch07_fitting_it_together.py",),
     )
+    tmp = tmp_path_factory.mktemp("submissions")
+    answers_with(
+        tmp / "submissions" / "ada" / "exercises", {"accum without world_size": MISTAKES["accum without world_size"]}
+    )
+    (tmp / "submissions" / "bo").mkdir()  # handed in nothing
+    cmd = [sys.executable, "scripts/grade_submissions.py", str(tmp / "submissions"), "--out", str(tmp / "grades.csv")]
+    started["grade submissions"] = Run(cmd, {**os.environ, "OMP_NUM_THREADS": "1"}, tmp / "output.txt", limiter)
+    started["grade submissions"].csv = tmp / "grades.csv"
     yield started
     limiter.stop()
 
@@ -1199,6 +1209,58 @@ def test_the_wrong_answer_suite_covers_every_exercise(solutions_run, wrong_runs,
         print(tabulate(rows, headers=["exercise", "mistake", "caught by", "message"], tablefmt="simple"))
     few = {e: n for e, n in per_exercise.items() if n < 3}
     assert not few and len(MISTAKES) >= 72, f"exercises with fewer than 3 mistakes: {few}; {len(MISTAKES)} in all"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Hints, and the classroom formats: Gradescope, GitHub Classroom, grades.csv
+
+
+def test_hints_are_the_solutions_hints():
+    """Each test file's HINTS (shown under a wrong answer) are the hints of its solution's regions."""
+    for path in sorted((ROOT / "solutions").glob("ch*_*.py")):
+        regions: dict[str, list[str]] = {}
+        for exercise, hint in re.findall(r"# BEGIN SOLUTION (\S+): (.+)", path.read_text()):
+            regions.setdefault(exercise, []).append(hint.strip())
+        tree = ast.parse((ROOT / "exercises" / f"test_{path.name}").read_text())  # read, not imported
+        hints = next(
+            ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "HINTS"
+        )
+        assert hints == {e: "; ".join(h) for e, h in regions.items()}, f"exercises/test_{path.name}: HINTS"
+
+
+def test_gradescope_results_agree_with_the_grade(runs):
+    for name in ("solutions", "stubs"):
+        _, grade = runs[name].result()
+        results = json.loads((runs[name].dir / "results.json").read_text())
+        tests = results["tests"]
+        keys = {"name", "number", "score", "max_score", "status", "output", "visibility"}
+        assert all(set(t) == keys for t in tests), tests[0]
+        assert results["score"] == grade["earned"] == sum(t["score"] for t in tests), name
+        assert sum(t["max_score"] for t in tests) == grade["possible"]
+        assert len(tests) == sum(e["tests"] for e in grade["exercises"].values())
+    assert all("not done yet" in t["output"] and t["status"] == "failed" for t in tests), "the stubs' results"
+
+
+def test_github_classroom_runs_each_exercise_for_its_points(solutions_run):
+    tests = json.loads((ROOT / ".github" / "classroom" / "autograding.json").read_text())["tests"]
+    points = {e: g["possible"] for e, g in solutions_run[1]["exercises"].items()}
+    assert {t["name"]: t["points"] for t in tests} == {f"Exercise {e}": p for e, p in points.items()}
+    for t in tests:
+        exercise = t["name"].split()[-1]
+        assert t["run"] == f"python -m pytest exercises/ -q -p no:cacheprovider -k {exercise}", t
+
+
+def test_make_grade_writes_one_row_per_learner(runs, solutions_run):
+    run = runs["grade submissions"]
+    run.wait()
+    assert run.proc.returncode == 0, run.output.read_text()[-3000:]
+    with open(run.csv) as f:
+        rows = {r["learner"]: r for r in csv.DictReader(f)}
+    exercises = list(solutions_run[1]["exercises"])
+    assert set(rows) == {"ada", "bo"} and list(rows["ada"])[1:-1] == exercises
+    possible = solutions_run[1]["possible"]
+    assert float(rows["ada"]["5.2"]) == 1 and float(rows["ada"]["total"]) == possible - 2, rows["ada"]
+    assert float(rows["bo"]["total"]) == 0, "nothing handed in, nothing earned"
 
 
 # ----------------------------------------------------------------------------------------------------------
