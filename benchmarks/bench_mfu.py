@@ -1,11 +1,13 @@
-"""2. Model FLOPs utilization: achieved FLOP/s of minigpt.train over this machine's measured matmul peak.
+"""2. Model FLOPs utilization per precision: achieved FLOP/s of minigpt.train over this machine's matmul peak
+in the same precision (bf16 training against the bf16 matmul peak, fp32 against fp32).
 
 FLOPs per token = 3 x the forward FLOPs of minigpt.plan.forward_flops_per_token (backward = 2 forwards):
 6 N for the weight matrices (the tied output head included) plus the causal attention scores and
 mixing, 3 x 2 x 2 x C x ctx/2 per layer. The peak: square matmuls in the same dtype, at the size that was
 fastest up front. One such matmul is timed after every training step, so that step and peak are measured
 under the same load (on a shared machine, load drifts by tens of percent within minutes); MFU is the
-median over steps of each step's FLOP/s over the matmul FLOP/s measured right after it.
+median over steps of each step's FLOP/s over the matmul FLOP/s measured right after it. Where a CPU target
+is missed, a torch.profiler profile of the same run says where the time went instead.
 
     python -m benchmarks.bench_mfu [--quick] [--device cpu]
 """
@@ -27,10 +29,12 @@ from benchmarks.benchlib import (
     matmul_peak,
     matmul_seconds,
     median_spread,
+    profile_markdown,
     pyplot,
     save_figure,
     size_for,
     square_operands,
+    step_profile,
     table,
     timed_train_steps,
     token_data,
@@ -41,7 +45,10 @@ from minigpt.plan import forward_flops_per_token
 from minigpt.precision import autocast_dtype, param_dtype
 from minigpt.train import TrainConfig
 
-TARGET = 0.60  # on a CPU in fp32, for 30m and 125m at ctx 256
+# On a CPU, for 30m and 125m at ctx 256, in each precision the CPU runs natively (bf16 only with bf16
+# instructions: emulated bf16 has no peak worth dividing by). bf16's is lower: its matmuls are so fast
+# (4-5x fp32 on AMX or avx512_bf16) that the same elementwise work, norms and AdamW weigh 4-5x more.
+TARGETS = {"fp32": 0.70, "bf16": 0.50}
 SIZES = {
     False: dict(
         runs=(("30m", 8), ("125m", 4)),
@@ -114,7 +121,7 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
         ]
         for p in size["precisions"]
     ]
-    rows, checks, bars = [], [], []
+    rows, checks, bars, profiles = [], [], [], []
     ctx = size["ctx"]
     for preset, batch in size["runs"]:
         for precision in size["precisions"]:
@@ -125,8 +132,11 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
             achieved = tokens_per_s * flops_per_token(preset, ctx)
             step_flops = [batch * ctx * flops_per_token(preset, ctx) / t for t in times]
             mfu = statistics.median(f / peak for f, peak in zip(step_flops, step_peaks))
-            judged = device.type == "cpu" and precision == "fp32"
-            verdict = ("PASS" if mfu >= TARGET else "FAIL") if judged else "no target"
+            judged = device.type == "cpu" and precision in TARGETS
+            target = TARGETS.get(precision, 0.0)
+            verdict = ("PASS" if mfu >= target else "FAIL") if judged else "no target"
+            if judged and mfu < target and not quick:
+                profiles.append(profile_markdown(f"{preset} {precision} (MFU {mfu:.1%})", step_profile(cfg, data)))
             rows.append(
                 [
                     preset,
@@ -144,9 +154,9 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
             if judged:
                 checks.append(
                     Check(
-                        f"{preset} fp32 at ctx {ctx} on the CPU: MFU >= {TARGET:.0%}",
+                        f"{preset} {precision} at ctx {ctx} on the CPU: MFU >= {target:.0%} of the {precision} peak",
                         f"{mfu:.1%} (step spread {spread:.1f}%)",
-                        mfu >= TARGET,
+                        mfu >= target,
                     )
                 )
             bars.append((f"{preset}\n{precision}", 100 * mfu))
@@ -172,20 +182,22 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
                     "achieved GFLOP/s",
                     "peak between steps GFLOP/s",
                     "MFU %",
-                    f">= {TARGET:.0%} (CPU fp32)",
+                    "target (CPU: " + ", ".join(f"{p} {t:.0%}" for p, t in TARGETS.items()) + ")",
                 ],
             ),
+            *profiles,
         ]
     )
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.4))
     ax.bar([b[0] for b in bars], [b[1] for b in bars], color="tab:blue")
-    ax.axhline(100 * TARGET, color="tab:red", linestyle="--", label=f"target {TARGET:.0%} (CPU fp32)")
+    for (precision, target), style in zip(TARGETS.items(), ("--", ":")):
+        ax.axhline(100 * target, color="tab:red", linestyle=style, label=f"CPU target {precision} {target:.0%}")
     ax.set_ylabel("MFU % of measured matmul peak")
     ax.set_title(f"Model FLOPs utilization at ctx {ctx}")
     ax.legend()
     figure = save_figure(fig, out, "mfu.png")
-    return Section("2. Model FLOPs utilization", body, checks, [figure], time.perf_counter() - t_start)
+    return Section("2. Model FLOPs utilization per precision", body, checks, [figure], time.perf_counter() - t_start)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -162,6 +162,54 @@ def matmul_peak(dtype: torch.dtype, device: torch.device, sizes: tuple[int, ...]
     return best
 
 
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "aten::_scaled_dot_product")
+
+
+def step_profile(cfg: TrainConfig, data: TokenData, steps: int = 2, top: int = 8) -> dict:
+    """Where the time of `steps` train() steps goes (after one untimed step), by op, from torch.profiler.
+
+    Returns {"top": [(op, self ms per step, % of the total)], "outside_matmuls": % of self time spent in
+    ops that are not matmuls or attention}. A missed speed target points here: what ran instead of matmuls.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    cfg = replace(cfg, steps=steps + 2, sample_tokens=0, eval_batches=1, verbose=False, progress=False, out=None)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cfg.device.startswith("cuda") else [])
+    prof = profile(activities=activities)
+    seen = [0]
+
+    def on_step(record: dict) -> bool:
+        seen[0] += 1
+        if seen[0] == 1:
+            prof.start()  # after the first step: model built, kernels chosen, caches warm
+        elif seen[0] == steps + 1:
+            prof.stop()
+            return True
+        return False
+
+    train(cfg, data, on_step)
+    events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
+    total = sum(e.self_cpu_time_total for e in events) or 1
+    ranked = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+    matmul = sum(e.self_cpu_time_total for e in events if e.key.startswith(MATMUL_OPS))
+    return {
+        "top": [(e.key, e.self_cpu_time_total / 1e3 / steps, 100 * e.self_cpu_time_total / total) for e in ranked],
+        "outside_matmuls": 100 * (1 - matmul / total),
+    }
+
+
+def profile_markdown(title: str, profile: dict) -> str:
+    """A step_profile as a sentence and a table, for RESULTS.md."""
+    rows = [[op, f"{ms:,.1f}", f"{share:.1f}"] for op, ms, share in profile["top"]]
+    return "\n\n".join(
+        [
+            f"{title}: {profile['outside_matmuls']:.0f}% of the step's self time is outside matmuls and attention. "
+            "Top ops by self time (torch.profiler):",
+            table(rows, ["op", "self ms per step", "% of step"]),
+        ]
+    )
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Data, machine, files
 
