@@ -11,9 +11,6 @@ from tabulate import tabulate
 
 from minigpt.run_state import CheckpointError
 
-PRECISION_CHOICES = ("fp32", "bf16", "fp16", "bf16-pure")
-DTYPE_CHOICES = ("float32", "bfloat16", "float16")
-
 
 def params_rows() -> list[dict]:
     """One row per preset: its shape and its parameter count, computed from the config."""
@@ -116,12 +113,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def add_train_flags(p: argparse.ArgumentParser) -> None:
+    from minigpt.device import SUPPORTED_DEVICE_TYPES
     from minigpt.model import PRESETS
+    from minigpt.precision import DTYPE_ALIASES, PRECISIONS
     from minigpt.recompute import CHECKPOINTING_MODES
 
     p.add_argument("--preset", default="10m", choices=list(PRESETS))
-    p.add_argument("--precision", choices=PRECISION_CHOICES, help="fp32 | bf16 | fp16 | bf16-pure")
-    p.add_argument("--dtype", choices=DTYPE_CHOICES, help="alias of --precision (float32 = fp32, ...)")
+    p.add_argument("--precision", choices=PRECISIONS, help=" | ".join(PRECISIONS))
+    p.add_argument("--dtype", choices=list(DTYPE_ALIASES), help="alias of --precision (float32 = fp32, ...)")
     p.add_argument("--master-weights", action="store_true", help="bf16-pure: keep fp32 master weights")
     p.add_argument("--batch", type=int, default=8, help="micro-batch size (sequences per forward)")
     p.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
@@ -139,7 +138,7 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokenizer", default="minigpt-8k", help="minigpt-8k (offline) or gpt2 (downloads)")
     p.add_argument("--out", help="run folder for checkpoint.pt and log.jsonl")
     p.add_argument("--resume", action="store_true", help="continue the run saved in --out")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | mps")
+    p.add_argument("--device", default="auto", help=" | ".join(("auto", *SUPPORTED_DEVICE_TYPES)))
     p.add_argument("--json", action="store_true", help="print one final JSON object")
 
 
@@ -204,19 +203,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("formats", help="the floating-point formats table")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_formats)
+    from minigpt.device import SUPPORTED_DEVICE_TYPES
     from minigpt.hardware import HARDWARE
     from minigpt.model import PRESETS
+    from minigpt.precision import PRECISIONS
     from minigpt.recompute import CHECKPOINTING_MODES
 
     p = sub.add_parser("memory", help="memory of one training step: predicted, and measured with --measure")
     p.add_argument("--preset", default="10m", choices=list(PRESETS))
-    p.add_argument("--precision", default="fp32", choices=PRECISION_CHOICES)
+    p.add_argument("--precision", default="fp32", choices=PRECISIONS)
     p.add_argument("--master-weights", action="store_true")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--ctx", type=int, help="default: the preset's maximum")
     p.add_argument("--checkpointing", default="none", choices=list(CHECKPOINTING_MODES))
     p.add_argument("--measure", action="store_true", help="also run one real step and measure it")
-    p.add_argument("--device", default="cpu", help="cpu | cuda | mps | auto")
+    p.add_argument("--device", default="cpu", help=" | ".join((*SUPPORTED_DEVICE_TYPES, "auto")))
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_memory)
     p = sub.add_parser("plan", help="choose precision, micro-batch, accum and checkpointing for some hardware")

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from minigpt import memory
 from minigpt.hardware import GIB, Hardware, choose_precision, get_hardware, gib
-from minigpt.model import PRESETS, ModelConfig, count_params
+from minigpt.model import COURSE_PRESETS, PRESETS, ModelConfig, count_params
 from minigpt.precision import static_bytes_per_param
 from minigpt.recompute import CHECKPOINTING_MODES
 
@@ -370,7 +370,7 @@ RULES_OF_THUMB: list[dict] = [
 
 
 def recommended_table(
-    presets: tuple[str, ...] = ("10m", "30m", "125m"),
+    presets: tuple[str, ...] = COURSE_PRESETS,
     hardware: tuple[str, ...] = ("cpu", "mps", "t4", "a100-80"),
     ctx: int | None = None,
     effective_batch: int = RULES_OF_THUMB_EFFECTIVE_BATCH,
