@@ -64,7 +64,9 @@ def test_make_test_runs_every_test_and_every_notebook():
     """Nothing is left out of `make test`: all of tests/ (the grader included) and nbval over every
     chapter and solution notebook, each of which exists with stored outputs."""
     makefile = (ROOT / "Makefile").read_text()
-    recipe = makefile.split("\ntest: setup\n")[1].split("\n\n")[0]
+    recipe = makefile.split("\ntest: setup lint\n")[1].split("\n\n")[0]  # lint: the style gate, first
+    lint = makefile.split("\nlint: setup\n")[1].split("\n\n")[0]
+    assert "ruff check $(LINTED)" in lint and "ruff format --check $(LINTED)" in lint
     assert "pytest tests/" in recipe and "--ignore" not in recipe and "--deselect" not in recipe
     assert "--nbval chapters/ solutions/" in recipe
     for folder in ("chapters", "solutions"):
