@@ -1,15 +1,34 @@
-"""The `minigpt` command line: each subcommand parses flags, calls one function, prints a table or JSON."""
+"""The `minigpt` command line: each subcommand parses flags, calls one function, prints a table or JSON.
+
+Every error is one line on stderr, `minigpt <command>: error: ...`, never a traceback (MINIGPT_DEBUG=1
+shows it): exit code 2 for bad usage (flags that cannot work), 1 for a failure at run time.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shlex
+import signal
 import sys
+from dataclasses import fields
+from typing import NoReturn
 
 from tabulate import tabulate
 
-from minigpt.run_state import CheckpointError
+from minigpt.run_state import first_line
+
+# Bad usage, exit code 2: the flags ask for something that cannot work (a missing --corpus file, an --out
+# that is a file or already holds a run...). Everything else that fails is a runtime error, exit code 1.
+USAGE_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line usage error (`minigpt train: error: ...`) instead of the whole usage text."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def params_rows() -> list[dict]:
@@ -67,10 +86,11 @@ def cmd_memory(args: argparse.Namespace) -> int:
     cfg = get_config(args.preset)
     ctx = args.ctx or cfg.ctx
     device = pick_device(args.device)
+    precision = chosen_precision(args)
     shape = dict(
         batch=args.batch,
         ctx=ctx,
-        precision=args.precision,
+        precision=precision,
         checkpointing=args.checkpointing,
         master_weights=args.master_weights,
     )
@@ -87,7 +107,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     rows = [(name, mib(b), mib(measured_rows[name]) if name in measured_rows else "") for name, b in predicted.rows()]
     headers = ["MiB", "predicted"] + (["measured"] if measured is not None else [])
     print(
-        f"{args.preset} ({cfg.n_layer} layers), batch {args.batch} x ctx {ctx}, {args.precision}, "
+        f"{args.preset} ({cfg.n_layer} layers), batch {args.batch} x ctx {ctx}, {precision}, "
         f"checkpointing {args.checkpointing}, on {device}"
     )
     print(tabulate([r[: len(headers)] for r in rows], headers=headers, tablefmt="github", disable_numparse=True))
@@ -112,77 +132,94 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_train_flags(p: argparse.ArgumentParser) -> None:
+def add_field_flag(p: argparse.ArgumentParser, name: str, **kwargs) -> None:
+    """--name for the TrainConfig field `name`, with the field's own default (the one place defaults live)."""
+    from minigpt.train import TrainConfig
+
+    default = {f.name: f.default for f in fields(TrainConfig)}[name]
+    if default not in (None, False):
+        kwargs["help"] = f"{kwargs.get('help', '')} (default: %(default)s)".lstrip()
+    p.add_argument("--" + name.replace("_", "-"), dest=name, default=default, **kwargs)
+
+
+def add_step_shape_flags(p: argparse.ArgumentParser) -> None:
+    """The flags that shape one training step, shared by `minigpt train` and `minigpt memory`."""
     from minigpt.device import SUPPORTED_DEVICE_TYPES
     from minigpt.model import PRESETS
     from minigpt.precision import DTYPE_ALIASES, PRECISIONS
     from minigpt.recompute import CHECKPOINTING_MODES
+    from minigpt.train import TrainConfig
 
-    p.add_argument("--preset", default="10m", choices=list(PRESETS))
-    p.add_argument("--precision", choices=PRECISIONS, help=" | ".join(PRECISIONS))
+    add_field_flag(p, "preset", choices=list(PRESETS))
+    # no argparse default, so that --dtype (its alias) can tell whether --precision was given
+    p.add_argument("--precision", choices=PRECISIONS, help=f"(default: {TrainConfig.precision})")
     p.add_argument("--dtype", choices=list(DTYPE_ALIASES), help="alias of --precision (float32 = fp32, ...)")
-    p.add_argument("--master-weights", action="store_true", help="bf16-pure: keep fp32 master weights")
-    p.add_argument("--batch", type=int, default=8, help="micro-batch size (sequences per forward)")
-    p.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
-    p.add_argument("--ctx", type=int, help="tokens per sequence (default: the preset's maximum)")
-    p.add_argument("--checkpointing", default="none", choices=list(CHECKPOINTING_MODES))
-    p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--steps", type=int, default=100, help="optimizer steps in total")
-    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (cosine decay to 10%% of it)")
-    p.add_argument("--warmup-steps", type=int, help="linear warmup steps (default: 5%% of --steps)")
-    p.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm (0: no clipping)")
-    p.add_argument("--eval-every", type=int, default=0)
-    p.add_argument("--save-every", type=int, default=0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--corpus", help="a UTF-8 text file (default: the built-in stories)")
-    p.add_argument("--tokenizer", default="minigpt-8k", help="minigpt-8k (offline) or gpt2 (downloads)")
-    p.add_argument("--out", help="run folder for checkpoint.pt and log.jsonl")
-    p.add_argument("--resume", action="store_true", help="continue the run saved in --out")
-    p.add_argument("--device", default="auto", help=" | ".join(("auto", *SUPPORTED_DEVICE_TYPES)))
+    add_field_flag(p, "master_weights", action="store_true", help="bf16-pure: keep fp32 master weights")
+    add_field_flag(p, "batch", type=int, help="micro-batch size (sequences per forward)")
+    add_field_flag(p, "ctx", type=int, help="tokens per sequence (default: the preset's maximum)")
+    add_field_flag(p, "checkpointing", choices=list(CHECKPOINTING_MODES))
+    add_field_flag(p, "device", help=" | ".join(("auto", *SUPPORTED_DEVICE_TYPES)))
+
+
+def add_train_flags(p: argparse.ArgumentParser) -> None:
+    """One flag per TrainConfig field a user sets."""
+    add_step_shape_flags(p)
+    add_field_flag(p, "accum", type=int, help="micro-batches per optimizer step")
+    add_field_flag(p, "dropout", type=float)
+    add_field_flag(p, "steps", type=int, help="optimizer steps in total")
+    add_field_flag(p, "lr", type=float, help="peak learning rate (cosine decay to 10%% of it)")
+    add_field_flag(p, "warmup_steps", type=int, help="linear warmup steps (default: 5%% of --steps)")
+    add_field_flag(p, "grad_clip", type=float, help="max gradient norm (0: no clipping)")
+    add_field_flag(p, "eval_every", type=int, help="steps between val-loss evaluations (0: only at the end)")
+    add_field_flag(p, "save_every", type=int, help="steps between checkpoints (0: only at the end)")
+    add_field_flag(p, "seed", type=int)
+    add_field_flag(p, "corpus", help="a UTF-8 text file (default: the built-in stories)")
+    add_field_flag(p, "tokenizer", help="minigpt-8k (offline) or gpt2 (downloads)")
+    add_field_flag(p, "out", help="run folder for checkpoint.pt and log.jsonl")
+    add_field_flag(p, "resume", action="store_true", help="continue the run saved in --out")
     p.add_argument("--json", action="store_true", help="print one final JSON object")
 
 
-def train_config_from_args(args: argparse.Namespace):
-    """Turn parsed flags into a TrainConfig (which validates them before any work starts)."""
+def chosen_precision(args: argparse.Namespace) -> str:
+    """--precision, or its alias --dtype, or TrainConfig's default; an error if the two flags disagree."""
     from minigpt.precision import normalize_precision
     from minigpt.train import TrainConfig
 
     if args.precision and args.dtype and normalize_precision(args.dtype) != args.precision:
         raise ValueError(f"--precision {args.precision} and --dtype {args.dtype} disagree; give one of them")
-    return TrainConfig(
-        preset=args.preset,
-        precision=args.precision or args.dtype or "fp32",
-        master_weights=args.master_weights,
-        batch=args.batch,
-        accum=args.accum,
-        ctx=args.ctx,
-        checkpointing=args.checkpointing,
-        dropout=args.dropout,
-        steps=args.steps,
-        lr=args.lr,
-        warmup_steps=args.warmup_steps,
-        grad_clip=args.grad_clip,
-        eval_every=args.eval_every,
-        save_every=args.save_every,
-        seed=args.seed,
-        corpus=args.corpus,
-        tokenizer=args.tokenizer,
-        out=args.out,
-        resume=args.resume,
-        device=args.device,
-        verbose=not args.json,
-    )
+    return normalize_precision(args.precision or args.dtype or TrainConfig.precision)
+
+
+def train_config_from_args(args: argparse.Namespace):
+    """Turn parsed flags into a TrainConfig (which validates them before any work starts)."""
+    from minigpt.train import TrainConfig
+
+    flags = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}
+    return TrainConfig(**{**flags, "precision": chosen_precision(args)}, verbose=not args.json)
+
+
+def resume_command(argv: list[str]) -> str:
+    """The command line that continues this run: the same flags, with --resume once at the end."""
+    run_as_module = sys.argv[0].replace("\\", "/").endswith("minigpt/__main__.py")  # python -m minigpt
+    program = "python -m minigpt" if run_as_module else "minigpt"
+    return shlex.join([*program.split(), *(a for a in argv if a != "--resume"), "--resume"])
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from minigpt.train import train
 
-    result = train(train_config_from_args(args))
+    cfg = train_config_from_args(args)
+    result = train(cfg)
     if args.json:
         print(json.dumps(result.summary(), default=str))
-    else:
+    elif result.sample:
         print(f"\nsample:\n{result.sample}")
-    return 0
+    if not result.interrupted:
+        return 0
+    steps = len(result.history)
+    then = f"resume with: {resume_command(args.argv)}" if cfg.out else "nothing saved (no --out to resume from)"
+    print(f"interrupted at step {steps}; {then}", file=sys.stderr)
+    return 128 + signal.Signals[result.interrupted].value  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -194,7 +231,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="minigpt", description="Fit LLM training into the memory you have.")
+    parser = Parser(prog="minigpt", description="Fit LLM training into the memory you have.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("params", help="the presets and their parameter counts")
     p.add_argument("--json", action="store_true")
@@ -203,21 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("formats", help="the floating-point formats table")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_formats)
-    from minigpt.device import SUPPORTED_DEVICE_TYPES
     from minigpt.hardware import HARDWARE
     from minigpt.model import PRESETS
-    from minigpt.precision import PRECISIONS
-    from minigpt.recompute import CHECKPOINTING_MODES
 
     p = sub.add_parser("memory", help="memory of one training step: predicted, and measured with --measure")
-    p.add_argument("--preset", default="10m", choices=list(PRESETS))
-    p.add_argument("--precision", default="fp32", choices=PRECISIONS)
-    p.add_argument("--master-weights", action="store_true")
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--ctx", type=int, help="default: the preset's maximum")
-    p.add_argument("--checkpointing", default="none", choices=list(CHECKPOINTING_MODES))
+    add_step_shape_flags(p)
     p.add_argument("--measure", action="store_true", help="also run one real step and measure it")
-    p.add_argument("--device", default="cpu", help=" | ".join((*SUPPORTED_DEVICE_TYPES, "auto")))
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_memory)
     p = sub.add_parser("plan", help="choose precision, micro-batch, accum and checkpointing for some hardware")
@@ -241,17 +269,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def error_line(err: BaseException) -> str:
+    """One line for an error: our own messages as they are; others' first line, after their type's name."""
+    text = str(err).strip().split("\n")[0] or type(err).__name__
+    ours = type(err).__module__.startswith("minigpt") or isinstance(err, (ValueError, OSError))
+    return text if ours else f"{type(err).__name__}: {first_line(text, 200)} (MINIGPT_DEBUG=1 shows the traceback)"
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # for the resume command an interrupted run prints
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError, FileExistsError, CheckpointError) as err:
-        # Errors we raise on purpose say what was wrong and what to do: show just that.
-        print(f"minigpt {args.command}: error: {err}", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # `minigpt plan --table | head`: the reader left, which is not an error
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - silences the interpreter's flush at exit
         return 0
+    except KeyboardInterrupt:  # Ctrl-C outside train()'s loop (which stops cleanly by itself), or a second one
+        if os.environ.get("MINIGPT_DEBUG"):
+            raise
+        print(f"minigpt {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:
+        if os.environ.get("MINIGPT_DEBUG"):  # for developers: the full traceback
+            raise
+        print(f"minigpt {args.command}: error: {error_line(err)}", file=sys.stderr)
+        return 2 if isinstance(err, USAGE_ERRORS) else 1
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ _CHUNK_CHARS = 1 << 20  # tokenize in ~1 MB pieces, cut after a newline
 def read_corpus_text(path: str | Path) -> str:
     """Read a UTF-8 text file, with clear errors for a missing, empty or non-UTF-8 file."""
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"--corpus {path} is a folder; pass a UTF-8 text file (join a folder's files into one)")
     if not path.is_file():
         raise FileNotFoundError(f"corpus file not found: {path} (pass --corpus PATH to a UTF-8 text file)")
     raw = path.read_bytes()

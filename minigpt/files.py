@@ -30,4 +30,33 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> P
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _fsync_folder(path.parent)
     return path
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make the rename itself durable (a power cut could otherwise forget it); not possible on Windows."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def stale_temp_files(path: str | Path) -> list[Path]:
+    """Temp files write_atomically(path, ...) left behind: only a killed process (kill -9, power cut) leaves any."""
+    path = Path(path)
+    return sorted(path.parent.glob(path.name + ".*.tmp"))
+
+
+def remove_stale_temp_files(path: str | Path) -> int:
+    """Delete stale_temp_files(path); call it only when no other process can be writing `path`. Returns the count."""
+    stale = stale_temp_files(path)
+    for tmp in stale:
+        tmp.unlink(missing_ok=True)
+    return len(stale)

@@ -4,12 +4,21 @@ A checkpoint is written to a temporary file in the same folder and then renamed 
 a rename is atomic, so a crash in the middle of a save leaves the previous checkpoint intact.
 It holds everything a resumed run needs to continue exactly where the straight run would have been:
 weights (and fp32 master copies), AdamW's moments, the schedule, the GradScaler, every RNG, the history.
+
+Also here, the plumbing that keeps a run's work safe: StopSignals turns Ctrl-C (SIGINT) and SIGTERM into
+"stop after this step and save", and RunFolder locks its folder so that two runs never write to one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
+import signal
+import threading
+import zipfile
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -17,7 +26,12 @@ from typing import IO, TYPE_CHECKING
 import numpy as np
 import torch
 
-from minigpt.files import write_atomically
+from minigpt.files import remove_stale_temp_files, write_atomically
+
+try:
+    import fcntl  # POSIX; Windows has no flock, and runs there are simply not locked
+except ImportError:  # pragma: no cover - exercised on Windows only
+    fcntl = None
 
 if TYPE_CHECKING:  # train imports this module; these names are for the type hints only
     from minigpt.train import StepState, TrainConfig, TrainResult
@@ -28,6 +42,18 @@ VERSION = 1
 
 class CheckpointError(RuntimeError):
     """A checkpoint file that cannot be used: truncated, corrupt, or not a minigpt checkpoint."""
+
+
+class RunFolderBusy(RuntimeError):
+    """Another process is writing to this run folder (it holds the folder's lock)."""
+
+
+def first_line(text: str, limit: int = 120) -> str:
+    """The first line of `text`, cut at a word boundary (with "...") if longer than `limit` characters."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    if len(line) <= limit:
+        return line
+    return line[:limit].rsplit(" ", 1)[0].rstrip(" ,;:") + " ..."
 
 
 def save_checkpoint(state: dict, path: str | Path) -> Path:
@@ -42,17 +68,42 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}; train without --resume first, or check --out")
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        f = open(path, "rb")  # noqa: SIM115 - closed by the with below; opened apart to tell "unreadable" from "corrupt"
+    except OSError as err:  # the file is there but cannot be read (permissions, I/O error)
+        raise CheckpointError(f"cannot read {path} ({err.strerror or err}); check its permissions") from None
+    try:
+        with f:
+            _check_zip_crcs(f)
+            f.seek(0)
+            state = torch.load(f, map_location=map_location, weights_only=True)
     except Exception as err:  # a damaged file fails in many ways (EOFError, UnpicklingError, KeyError, ...)
         raise CheckpointError(
             f"{path} is truncated, corrupt or not a minigpt checkpoint ({type(err).__name__}: "
-            f"{str(err).splitlines()[0][:120]}); delete it to start over, or point --out elsewhere"
+            f"{first_line(str(err), 100)}); delete it to start over, or point --out elsewhere"
         ) from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path} is a PyTorch file but not a minigpt checkpoint (no '{FORMAT}' marker)")
-    if state.get("version") != VERSION:
-        raise CheckpointError(f"{path} is checkpoint version {state.get('version')}; this minigpt reads {VERSION}")
+    version = state.get("version")
+    if not isinstance(version, int) or version > VERSION:
+        raise CheckpointError(
+            f"{path} is checkpoint format version {version}, newer than this minigpt reads ({VERSION}); "
+            "upgrade minigpt to resume it"
+        )
+    if version < VERSION:
+        raise CheckpointError(f"{path} is checkpoint format version {version}; this minigpt reads only {VERSION}")
     return state
+
+
+def _check_zip_crcs(f: IO[bytes]) -> None:
+    """Raise if any part of the checkpoint fails its CRC-32 checksum.
+
+    torch.save writes a zip archive with a checksum per part, but torch.load does not check them: a flipped
+    bit in the weights would load silently. zipfile's testzip() reads every part and checks it.
+    """
+    with zipfile.ZipFile(f) as archive:
+        bad = archive.testzip()
+    if bad is not None:
+        raise ValueError(f"checksum mismatch in its part {bad}")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -83,27 +134,147 @@ def set_rng_state(state: dict, data_gen: torch.Generator) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------------
+# Stopping cleanly: Ctrl-C and SIGTERM become "finish this step, save, return"
+
+
+class StopSignals:
+    """While active, SIGINT (Ctrl-C, or a notebook's "interrupt kernel") and SIGTERM only set `received`.
+
+    The training loop looks at `received` between steps, so a step is never cut in half: a half-done step
+    can hold partly accumulated gradients or a partly applied AdamW update, which must never be saved.
+    A second signal raises KeyboardInterrupt at once (a user who insists); even then, a save in progress
+    leaves the old checkpoint or the new one, never a mix, because saves are atomic.
+    Python delivers signals to the main thread only, so elsewhere this does nothing; the previous handlers
+    come back on exit, error or not.
+    """
+
+    def __init__(self) -> None:
+        self.received: str | None = None  # "SIGINT" or "SIGTERM" once one arrived
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            # None: a handler not installed from Python; the default is the closest we can put back
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.received:
+            raise KeyboardInterrupt  # the second signal: stop now
+        self.received = signal.Signals(signum).name
+
+
+# ----------------------------------------------------------------------------------------------------------
 # The run folder: checkpoint.pt and log.jsonl
+
+# Settings a resumed run must share with the saved one: they fix the model's shape, its weights' dtype
+# and what the token ids mean. Others (steps, lr, batch, accum, ...) may change on resume.
+RESUME_MUST_MATCH = ("preset", "precision", "master_weights", "ctx", "tokenizer")
+
+
+def resume_mismatches(saved: dict, now: dict) -> list[str]:
+    """'--name: saved A, given B' for each setting in RESUME_MUST_MATCH that differs."""
+    flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
+    return [
+        f"{flag(name)}: saved {saved[name]}, given {now[name]}"
+        for name in RESUME_MUST_MATCH
+        if name in saved and saved[name] != now[name]
+    ]
 
 
 class RunFolder:
-    """The folder of one run (`--out`): checkpoint.pt holds the whole training state, log.jsonl one line a step."""
+    """The folder of one run (`--out`): checkpoint.pt holds the whole training state, log.jsonl one line a step.
+
+    While a run writes to it, the folder is locked (a `.lock` file holding the run's pid), so a second
+    run on the same folder fails at once instead of overwriting the first one's checkpoint.
+    """
 
     def __init__(self, out: str | Path) -> None:
         self.path = Path(out)
         self.checkpoint = self.path / "checkpoint.pt"
         self.log = self.path / "log.jsonl"
+        self.lock_path = self.path / ".lock"
+        self.saved_step: int | None = None  # the step of the checkpoint on disk, once known
 
-    def check_fresh(self) -> None:
-        """A new run never overwrites a saved one: raise if this folder already holds a checkpoint."""
-        if self.checkpoint.exists():
-            raise FileExistsError(
-                f"{self.checkpoint} already holds a checkpoint; pass --resume to continue it, or choose another "
-                "--out (a new run never overwrites a saved one)"
+    def check_usable(self) -> None:
+        """--out must name a folder this process can read and write, or a path where one can be made."""
+        existing = next((p for p in (self.path, *self.path.parents) if p.exists()), None)  # the folder or an ancestor
+        if existing is None:
+            return
+        if not existing.is_dir():
+            where = "" if existing == self.path else f" (its parent {existing} is a file)"
+            raise NotADirectoryError(f"--out {self.path} is not a folder{where}; choose a folder for the run")
+        if not os.access(existing, os.R_OK | os.W_OK | os.X_OK):
+            raise PermissionError(
+                f"cannot read and write the run folder {existing} (permission denied); "
+                "fix its permissions or choose another --out"
             )
 
+    def check_fresh(self) -> None:
+        """A new run never overwrites a saved one: raise if this folder already holds a checkpoint or a log."""
+        found = [p.name for p in (self.checkpoint, self.log) if p.exists()]
+        if found:
+            raise FileExistsError(
+                f"{self.path} already holds a run ({', '.join(found)}); pass --resume to continue it, or choose "
+                "another --out (a new run never overwrites a saved one)"
+            )
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the folder's lock for the duration of the with-block; RunFolderBusy if another run holds it.
+
+        Leftover temp files of a save that was killed (kill -9 cannot clean up) are removed once the lock is
+        ours: no other process can be writing them then.
+        """
+        self.path.mkdir(parents=True, exist_ok=True)
+        lock = self._acquire_lock()
+        try:
+            remove_stale_temp_files(self.checkpoint)
+            yield
+        finally:
+            if lock is not None:
+                self.lock_path.unlink(missing_ok=True)
+                lock.close()  # closing the file releases the flock
+
+    def _acquire_lock(self) -> IO[str] | None:
+        if fcntl is None:  # no flock on this system: run unlocked
+            return None
+        while True:
+            lock = open(self.lock_path, "a+")  # noqa: SIM115 - held open for the run; closed by locked()
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # BlockingIOError: somebody holds it
+                lock.seek(0)
+                pid = lock.read().strip() or "unknown"
+                lock.close()
+                raise RunFolderBusy(
+                    f"{self.path} is in use by another run (pid {pid}); wait for it to finish, or choose another --out"
+                ) from None
+            # The holder before us may have deleted the lock file between our open and our flock: then we
+            # locked a file nobody else will see. Start again with the file that is there now.
+            try:
+                same_file = os.stat(self.lock_path).st_ino == os.fstat(lock.fileno()).st_ino
+            except FileNotFoundError:
+                same_file = False
+            if same_file:
+                lock.seek(0)
+                lock.truncate()
+                lock.write(str(os.getpid()))
+                lock.flush()
+                return lock
+            lock.close()
+
     def save(self, cfg: TrainConfig, state: StepState, result: TrainResult, data_gen: torch.Generator) -> Path:
-        """Checkpoint everything the loop needs to continue after len(result.history) steps."""
+        """Checkpoint everything the loop needs to continue after len(result.history) steps.
+
+        If the write fails (a full disk, say) the previous checkpoint is left as it was.
+        """
         master = state.master
         snapshot = {
             "model": state.model.state_dict(),
@@ -118,12 +289,43 @@ class RunFolder:
             "train_config": asdict(cfg),
             "model_config": state.model.cfg.to_dict(),
         }
-        return save_checkpoint(snapshot, self.checkpoint)
+        try:
+            path = save_checkpoint(snapshot, self.checkpoint)
+        except OSError as err:
+            kept = "no earlier checkpoint" if self.saved_step is None else f"the step-{self.saved_step} checkpoint"
+            raise CheckpointError(
+                f"could not save {self.checkpoint} at step {len(result.history)} ({err.strerror or err}); "
+                f"{kept} is left as it was. Free some space (or fix the folder), then resume with --resume"
+            ) from None
+        self.saved_step = len(result.history)
+        return path
 
-    def resume(self, state: StepState, result: TrainResult, data_gen: torch.Generator) -> int:
-        """Load the checkpoint into the step state, the history and the RNGs; return the step to continue from."""
+    def load(self, cfg: TrainConfig) -> dict:
+        """The checkpoint to resume from, after checking it fits `cfg` (before any slow work starts)."""
         saved = load_checkpoint(self.checkpoint)
-        state.model.load_state_dict(saved["model"])
+        differ = resume_mismatches(saved.get("train_config", {}), asdict(cfg))
+        if differ:
+            raise ValueError(
+                f"cannot resume {self.path} with different settings: {'; '.join(differ)}. Resume with the saved "
+                "settings, or choose another --out for a new run"
+            )
+        if saved["step"] > cfg.steps:
+            raise ValueError(
+                f"{self.checkpoint} is at step {saved['step']}, past --steps {cfg.steps}; "
+                f"pass --steps {saved['step']} or more"
+            )
+        self.saved_step = saved["step"]
+        return saved
+
+    def restore(self, saved: dict, state: StepState, result: TrainResult, data_gen: torch.Generator) -> int:
+        """Put a loaded checkpoint into the step state, the history and the RNGs; return the step to continue from."""
+        try:
+            state.model.load_state_dict(saved["model"])
+        except RuntimeError as err:  # shapes that do not fit: a checkpoint from another model
+            raise CheckpointError(
+                f"{self.checkpoint} holds a different model ({first_line(str(err), 100)}); "
+                "resume with its settings, or choose another --out"
+            ) from None
         if state.master:
             for (_, m), value in zip(state.master.pairs, saved["master"]):
                 m.data.copy_(value)
@@ -134,6 +336,10 @@ class RunFolder:
         set_rng_state(saved["rng"], data_gen)
         result.history, result.val_history = saved["history"], [tuple(v) for v in saved["val_history"]]
         return saved["step"]
+
+    def resume(self, cfg: TrainConfig, state: StepState, result: TrainResult, data_gen: torch.Generator) -> int:
+        """load() then restore(): continue the saved run; return the step to continue from."""
+        return self.restore(self.load(cfg), state, result, data_gen)
 
     def open_log(self, history: list[dict]) -> IO[str]:
         """log.jsonl, rewritten from `history` (the checkpoint's, on resume) and left open for appending."""

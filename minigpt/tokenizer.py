@@ -3,13 +3,21 @@
 The default vocabulary, minigpt-8k, is a byte-level BPE trained on the built-in corpus by
 scripts/build_tokenizer.py and shipped in minigpt/assets, so it works offline. It has 8191 BPE tokens plus
 <|endoftext|> = 8192, and it splits text into pieces with the GPT-2 regex before merging bytes, exactly
-like GPT-2. "gpt2" (50257 tokens) is there too but tiktoken downloads it on first use.
+like GPT-2. "gpt2" (50257 tokens) is there too but tiktoken downloads it on first use: without network
+that fails within a few seconds (CONNECT_TIMEOUT_S), with a message naming the offline tokenizer.
 """
 
 from __future__ import annotations
 
 import base64
 import functools
+import hashlib
+import os
+import socket
+import tempfile
+import threading
+import urllib.parse
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,6 +27,16 @@ DEFAULT_TOKENIZER = "minigpt-8k"
 TOKENIZER_NAMES = (DEFAULT_TOKENIZER, "gpt2")
 RANKS_PATH = Path(__file__).parent / "assets" / "minigpt_8k.tiktoken"
 ENDOFTEXT = "<|endoftext|>"
+GPT2_URLS = (  # what tiktoken downloads for "gpt2" (tiktoken_ext/openai_public.py)
+    "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/vocab.bpe",
+    "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/encoder.json",
+)
+CONNECT_TIMEOUT_S = 3.0  # how long we wait for the download server before saying "no network"
+
+
+class TokenizerDownloadError(RuntimeError):
+    """A tokenizer's files could not be downloaded (no network, a proxy, a server down)."""
+
 
 # GPT-2's pre-tokenizer (as tiktoken writes it): contractions, words with their leading space, numbers,
 # runs of punctuation, and whitespace. BPE merges never cross the boundaries of these pieces.
@@ -58,17 +76,66 @@ def _load_tokenizer(name: str) -> tiktoken.Encoding:
             name=name, pat_str=PAT_STR, mergeable_ranks=ranks, special_tokens={ENDOFTEXT: len(ranks)}
         )
     if name == "gpt2":
+        if not _gpt2_is_cached():  # a download is needed: see first, quickly, whether the server answers
+            server = _download_server(GPT2_URLS[0])
+            if not can_connect(*server):
+                raise TokenizerDownloadError(
+                    _download_advice(f"could not reach {server[0]} within {CONNECT_TIMEOUT_S:g} s: no network?")
+                ) from None  # nothing to chain: a short message is the whole story
         try:
             return tiktoken.get_encoding("gpt2")
         except Exception as err:  # requests, OSError, hash mismatch...: all mean "could not get the files"
             reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-            reason = reason if len(reason) <= 160 else reason[:160] + "..."
-            raise RuntimeError(
-                f"could not download the gpt2 vocabulary ({reason}). tiktoken fetches it from the internet "
-                f"on first use and caches it. Without network, use the offline default tokenizer "
-                f"'{DEFAULT_TOKENIZER}' (--tokenizer {DEFAULT_TOKENIZER})."
-            ) from None
+            reason = reason if len(reason) <= 160 else reason[:160].rsplit(" ", 1)[0] + " ..."
+            raise TokenizerDownloadError(_download_advice(reason)) from None
     raise ValueError(f"unknown tokenizer {name!r}; valid names: {', '.join(TOKENIZER_NAMES)}")
+
+
+def _download_advice(reason: str) -> str:
+    return (
+        f"could not download the gpt2 vocabulary ({reason}). tiktoken fetches it from the internet on first "
+        f"use and caches it. Without network, use the offline default tokenizer '{DEFAULT_TOKENIZER}' "
+        f"(--tokenizer {DEFAULT_TOKENIZER})."
+    )
+
+
+def _gpt2_is_cached() -> bool:
+    """Whether tiktoken can load gpt2 without the network: loaded already, or both files in its cache."""
+    if "gpt2" in getattr(tiktoken.registry, "ENCODINGS", {}):
+        return True
+    # tiktoken.load.read_file_cached's cache: $TIKTOKEN_CACHE_DIR, $DATA_GYM_CACHE_DIR or a temp folder; "" = off
+    cache = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get("DATA_GYM_CACHE_DIR"))
+    cache = os.path.join(tempfile.gettempdir(), "data-gym-cache") if cache is None else cache
+    keys = [hashlib.sha1(url.encode()).hexdigest() for url in GPT2_URLS]
+    return bool(cache) and all(os.path.exists(os.path.join(cache, key)) for key in keys)
+
+
+def _download_server(url: str) -> tuple[str, int]:
+    """(host, port) a download of `url` connects to first: the HTTPS proxy if one is set, else the server."""
+    proxy = urllib.request.getproxies().get("https")
+    parts = urllib.parse.urlsplit(proxy if proxy else url)
+    return parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def can_connect(host: str, port: int, timeout: float = CONNECT_TIMEOUT_S) -> bool:
+    """Whether a TCP connection to host:port opens within `timeout` seconds, name lookup included.
+
+    The timeout of socket.create_connection does not cover the DNS lookup, which can hang far longer on a
+    laptop without network; so the attempt runs in a helper thread, and we wait for it at most `timeout`.
+    """
+    opened: list[bool] = []
+
+    def attempt() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            opened.append(True)
+        except Exception:  # OSError, socket.gaierror, a timeout: all mean "not reachable"
+            opened.append(False)
+
+    thread = threading.Thread(target=attempt, daemon=True)  # daemon: a hung lookup never blocks the exit
+    thread.start()
+    thread.join(timeout)
+    return bool(opened) and opened[0]
 
 
 def padded_vocab_size(enc: tiktoken.Encoding, multiple: int = 64) -> int:

@@ -8,6 +8,9 @@ One optimizer step ("a window") is:
   3. zero the gradients (set_to_none frees their memory until the next backward).
 Under torchrun each process takes its own slice of the window's micro-batches and DistributedDataParallel
 averages the gradients, syncing only on the last micro-batch (no_sync before the others).
+
+A run never loses work: Ctrl-C (or SIGTERM) stops it after the current step and saves a checkpoint,
+a NaN or inf loss stops it without saving the ruined weights, and a new run never overwrites a saved one.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from minigpt.device import pick_device
 from minigpt.model import GPT, IGNORE_INDEX, PRESETS, ModelConfig, get_config
 from minigpt.precision import autocast_context, check_precision, normalize_precision
 from minigpt.recompute import CHECKPOINTING_MODES
-from minigpt.run_state import RunFolder
+from minigpt.run_state import RunFolder, StopSignals
 from minigpt.tokenizer import DEFAULT_TOKENIZER, get_tokenizer
 
 
@@ -79,10 +82,25 @@ class TrainConfig:
         for name in ("batch", "accum", "ctx", "steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be at least 1, got {getattr(self, name)}")
-        if self.lr <= 0:
+        for name in ("eval_every", "save_every", "sample_tokens"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")
+        if self.eval_batches < 1:
+            raise ValueError(f"eval_batches must be at least 1, got {self.eval_batches}")
+        if not (math.isfinite(self.lr) and self.lr > 0):  # "not (... > 0)" also catches nan
             raise ValueError(f"--lr must be positive, got {self.lr}")
-        if self.grad_clip < 0:
+        if not (math.isfinite(self.grad_clip) and self.grad_clip >= 0):
             raise ValueError(f"--grad-clip must be 0 (no clipping) or a positive max norm, got {self.grad_clip}")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"--dropout must be in [0, 1), got {self.dropout}")
+        if not 0 <= self.min_lr_ratio <= 1 or not self.weight_decay >= 0:
+            raise ValueError(
+                f"need 0 <= min_lr_ratio <= 1 and weight_decay >= 0, got {self.min_lr_ratio}, {self.weight_decay}"
+            )
+        if not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"betas must be in [0, 1), got {self.betas}")
+        if not 0 <= self.seed < 2**64:
+            raise ValueError(f"--seed must be between 0 and 2**64 - 1, got {self.seed}")
         if self.warmup_steps is not None and not 0 <= self.warmup_steps <= self.steps:
             raise ValueError(f"--warmup-steps must be between 0 and --steps ({self.steps}), got {self.warmup_steps}")
         if self.ctx > max_ctx:
@@ -263,6 +281,8 @@ class TrainResult:
     val_history: list[tuple[int, float]] = field(default_factory=list)  # (step, val loss)
     sample: str = ""
     effective_batch: int = 0
+    interrupted: str | None = None  # "SIGINT" or "SIGTERM" if a signal stopped the run before its last step
+    already_finished: bool = False  # resumed a run that had already done all its steps: nothing trained
 
     @property
     def losses(self) -> list[float]:
@@ -328,6 +348,41 @@ def window_micro_batches(
     return list(zip(x.split(cfg.batch), y.split(cfg.batch)))
 
 
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or inf: the weights are ruined, so the run stops without saving them."""
+
+    def __init__(self, message: str, result: TrainResult) -> None:
+        super().__init__(message)
+        self.result = result  # the steps before the bad one (result.model holds the ruined weights)
+
+
+def diverged_message(loss: float, step: int, cfg: TrainConfig, run: RunFolder | None) -> str:
+    """What happened, what was kept, and what to check."""
+    if run is None:
+        kept = "nothing was saved (no --out)"
+    elif run.saved_step is None:
+        kept = f"nothing was saved in {run.path} yet"
+    else:
+        kept = f"the last good checkpoint (step {run.saved_step}) in {run.path} is kept"
+    precision = (
+        f"the precision (try fp32 to rule out {cfg.precision} rounding)"
+        if cfg.precision != "fp32"
+        else "the precision is fp32 already, so not rounding"
+    )
+    return (
+        f"training diverged: the loss is {loss} at step {step} ({cfg.precision}, lr {cfg.lr:g}); {kept}. "
+        f"Check the learning rate (a lower --lr, more --warmup-steps), the data (--corpus); {precision}"
+    )
+
+
+def _stop_requested(stop_signal: StopSignals, world: int) -> str | None:
+    """The signal that stops this run after the current step; under torchrun, any process's (all stop together)."""
+    if world == 1:
+        return stop_signal.received
+    anyone = dist_utils.sum_across_processes(float(stop_signal.received is not None)) > 0  # every process calls it
+    return stop_signal.received or ("SIGTERM" if anyone else None)
+
+
 def _progress_enabled(cfg: TrainConfig) -> bool:
     if cfg.progress is not None:
         return cfg.progress
@@ -339,7 +394,12 @@ def train(
     data: TokenData | None = None,
     on_step: Callable[[dict], bool | None] | None = None,
 ) -> TrainResult:
-    """Train a model as `cfg` says and return the result. `on_step(record)` returning True stops early."""
+    """Train a model as `cfg` says and return the result. `on_step(record)` returning True stops early.
+
+    Ctrl-C (SIGINT, also a notebook's "interrupt kernel") or SIGTERM stops the run after the current step,
+    saves a checkpoint if `cfg.out` is set, and returns what was trained with result.interrupted set.
+    A NaN or inf loss raises TrainingDiverged, keeping the last good checkpoint.
+    """
     from tqdm.auto import tqdm
 
     rank, world = dist_utils.setup()  # (0, 1) unless launched by torchrun
@@ -348,64 +408,77 @@ def train(
     torch.manual_seed(cfg.seed)  # dropout's RNG
     say = print if (cfg.verbose and rank == 0) else (lambda *a, **k: None)
 
-    data = data or load_tokens(cfg.corpus, cfg.tokenizer)
-    data.check_ctx(cfg.ctx)
-    state = build_step_state(get_config(cfg.preset, dropout=cfg.dropout), cfg, device)
-    model = state.model
-    data_gen = torch.Generator().manual_seed(cfg.seed)
-
-    result = TrainResult(cfg, model, effective_batch=cfg.batch * cfg.accum * world)
     run = RunFolder(cfg.out) if cfg.out else None
-    start = 0
-    if cfg.resume:
-        start = run.resume(state, result, data_gen)
-        say(f"resumed from {run.checkpoint} at step {start}")
-    elif run:
-        run.check_fresh()
+    with contextlib.ExitStack() as held:  # what the run holds until it returns or fails: lock, log, bar
+        if run and rank == 0:  # the run folder is checked and locked before any slow work
+            run.check_usable()
+            held.enter_context(run.locked())  # a second run on this folder stops here
+        saved = run.load(cfg) if cfg.resume else None  # a checkpoint that does not fit cfg stops here
+        if run and not cfg.resume and rank == 0:
+            run.check_fresh()
 
-    def save() -> None:
-        if run and rank == 0:
-            run.save(cfg, state, result, data_gen)
+        data = data or load_tokens(cfg.corpus, cfg.tokenizer)
+        data.check_ctx(cfg.ctx)
+        state = build_step_state(get_config(cfg.preset, dropout=cfg.dropout), cfg, device)
+        model = state.model
+        data_gen = torch.Generator().manual_seed(cfg.seed)
 
-    ddp_model = dist_utils.wrap(model, device) if world > 1 else model
-    say(
-        f"effective batch = {cfg.batch} (micro-batch) x {cfg.accum} (accum) x {world} (processes) = "
-        f"{result.effective_batch} sequences = {result.effective_batch * cfg.ctx:,} tokens per step"
-    )
-    log = run.open_log(result.history) if run and rank == 0 else None
-    bar = tqdm(total=cfg.steps, initial=start, disable=not (_progress_enabled(cfg) and rank == 0), desc="train")
-    model.train()
-    for step in range(start, cfg.steps):
-        t0 = time.perf_counter()
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-        micro = window_micro_batches(data, cfg, data_gen, rank, world)
-        record = {"step": step + 1, **train_step(state, micro, device, cfg.precision, cfg.grad_clip, ddp_model)}
-        record["tokens_per_s"] = result.effective_batch * cfg.ctx / (time.perf_counter() - t0)
-        record["peak_memory_bytes"] = _peak_memory(device)
-        is_last = step + 1 == cfg.steps
-        if rank == 0 and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or is_last):
-            record["val_loss"] = estimate_loss(model, data, cfg, device)
-            result.val_history.append((step + 1, record["val_loss"]))
-        result.history.append(record)
-        if log:
-            log.write(json.dumps(record) + "\n")
-            log.flush()
-        bar.update(1)
-        bar.set_postfix(loss=f"{record['loss']:.3f}")
-        stop = bool(on_step(record)) if on_step else False
-        if is_last or stop or (cfg.save_every and (step + 1) % cfg.save_every == 0):
-            save()
-        if stop:
-            break
-    bar.close()
-    if log:
-        log.close()
+        result = TrainResult(cfg, model, effective_batch=cfg.batch * cfg.accum * world)
+        start = 0
+        if saved:
+            start = run.restore(saved, state, result, data_gen)
+            if start == cfg.steps:
+                say(f"{run.path} is already finished: {start} of {cfg.steps} steps; pass a larger --steps to go on")
+                result.already_finished = True
+                dist_utils.teardown()
+                return result
+            say(f"resumed from {run.checkpoint} at step {start}")
 
-    if cfg.sample_tokens and rank == 0:
+        def save() -> None:
+            if run and rank == 0:
+                run.save(cfg, state, result, data_gen)
+
+        ddp_model = dist_utils.wrap(model, device) if world > 1 else model
+        say(
+            f"effective batch = {cfg.batch} (micro-batch) x {cfg.accum} (accum) x {world} (processes) = "
+            f"{result.effective_batch} sequences = {result.effective_batch * cfg.ctx:,} tokens per step"
+        )
+        log = held.enter_context(run.open_log(result.history)) if run and rank == 0 else None
+        show_bar = _progress_enabled(cfg) and rank == 0
+        bar = held.enter_context(tqdm(total=cfg.steps, initial=start, disable=not show_bar, desc="train"))
+        model.train()
+        with StopSignals() as stop_signal:  # Ctrl-C / SIGTERM: finish this step, save, stop
+            for step in range(start, cfg.steps):
+                t0 = time.perf_counter()
+                if device.type == "cuda":
+                    torch.cuda.reset_peak_memory_stats(device)
+                micro = window_micro_batches(data, cfg, data_gen, rank, world)
+                record = {"step": step + 1, **train_step(state, micro, device, cfg.precision, cfg.grad_clip, ddp_model)}
+                if not math.isfinite(record["loss"]) and not record["skipped"]:  # fp16's scaler skips such steps
+                    raise TrainingDiverged(diverged_message(record["loss"], step + 1, cfg, run), result)
+                record["tokens_per_s"] = result.effective_batch * cfg.ctx / (time.perf_counter() - t0)
+                record["peak_memory_bytes"] = _peak_memory(device)
+                is_last = step + 1 == cfg.steps
+                if rank == 0 and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or is_last):
+                    record["val_loss"] = estimate_loss(model, data, cfg, device)
+                    result.val_history.append((step + 1, record["val_loss"]))
+                result.history.append(record)
+                if log:
+                    log.write(json.dumps(record) + "\n")
+                    log.flush()
+                bar.update(1)
+                bar.set_postfix(loss=f"{record['loss']:.3f}")
+                stop = bool(on_step(record)) if on_step else False
+                result.interrupted = None if is_last else _stop_requested(stop_signal, world)
+                if is_last or stop or result.interrupted or (cfg.save_every and (step + 1) % cfg.save_every == 0):
+                    save()
+                if stop or result.interrupted:
+                    break
+
+    if cfg.sample_tokens and rank == 0 and not result.interrupted:
         result.sample = sample_text(model, cfg.tokenizer, cfg.sample_tokens, device, seed=cfg.seed)
     dist_utils.teardown()
-    if result.history:
+    if result.history and not result.interrupted:
         s = result.summary()
         say(
             f"done: {s['steps']} steps, train loss {s['final_train_loss']:.3f}, val loss "

@@ -158,6 +158,51 @@ def test_gpt2_without_network_says_what_to_do(monkeypatch, tmp_path):
     assert info.value.__cause__ is None and info.value.__suppress_context__  # no network traceback
 
 
+def test_gpt2_offline_fails_fast_without_calling_the_downloader(monkeypatch, tmp_path):
+    """No network: the connect check fails and tiktoken's downloader (no timeout of its own) is never called."""
+    import time
+
+    def no_route(*args, **kwargs):
+        raise OSError("Network is unreachable")
+
+    def must_not_download(*args, **kwargs):
+        raise AssertionError("tiktoken must not be asked to download when the server is unreachable")
+
+    monkeypatch.setattr(socket, "create_connection", no_route)
+    monkeypatch.setattr(tiktoken, "get_encoding", must_not_download)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # an empty cache: a download would be needed
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
+    tokenizer._load_tokenizer.cache_clear()
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(tokenizer.TokenizerDownloadError, match="could not reach .* no network.*minigpt-8k"):
+            get_tokenizer("gpt2")
+    finally:
+        tokenizer._load_tokenizer.cache_clear()
+    assert time.perf_counter() - t0 < 1.0  # refused at once: no retries, no waiting
+
+
+def test_can_connect_gives_up_on_a_hanging_name_lookup(monkeypatch):
+    """A DNS lookup that hangs (a laptop with no network) is not covered by the socket timeout; the thread is."""
+    import threading
+    import time
+
+    release = threading.Event()
+
+    def hangs(*args, **kwargs):
+        release.wait(10)  # stands in for getaddrinfo stuck for many seconds
+        raise OSError("Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "create_connection", hangs)
+    t0 = time.perf_counter()
+    try:
+        assert tokenizer.can_connect("example.invalid", 443, timeout=0.2) is False
+        elapsed = time.perf_counter() - t0
+    finally:
+        release.set()
+    assert 0.2 <= elapsed < 2.0  # waited the timeout, not the lookup's 10 s (2 s: slack for a loaded CI machine)
+
+
 def test_shipped_ranks_file_is_a_valid_bpe():
     assert RANKS_PATH.stat().st_size < 400_000  # a few hundred KB at most
     ranks = load_ranks()

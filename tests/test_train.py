@@ -242,3 +242,117 @@ def test_schedule_and_clip_flags_reach_the_config():
     cfg = train_config_from_args(args)
     assert (cfg.warmup, cfg.grad_clip, cfg.lr) == (3, 0.5, 3e-4)
     assert lr_at(0, cfg) == pytest.approx(1 / 3)  # first step of a 3-step linear warmup
+
+
+def send_signal_after_step(step: int, sig: int):
+    """An on_step that sends this process `sig` once the given step is done, as Ctrl-C or `kill` would."""
+    import os
+
+    def on_step(record: dict) -> None:
+        if record["step"] == step:
+            os.kill(os.getpid(), sig)  # the handler runs in this (main) thread before os.kill returns
+
+    return on_step
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_stops_after_the_step_saves_and_resume_matches_the_straight_run(markov_data, tmp_path, sig):
+    import signal
+
+    common = dict(preset="tiny", batch=4, ctx=32, steps=6, dropout=0.1, sample_tokens=0, verbose=False)
+    full = train(TrainConfig(**common), data=markov_data)
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    cut = train(
+        TrainConfig(out=str(tmp_path), **common),
+        data=markov_data,
+        on_step=send_signal_after_step(2, signal.Signals[sig]),
+    )
+    assert cut.interrupted == sig and len(cut.history) == 2  # save_every is 0, yet step 2 was saved
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # put back
+    resumed = train(TrainConfig(out=str(tmp_path), resume=True, **common), data=markov_data)
+    assert resumed.interrupted is None and resumed.losses == full.losses  # exactly: the step was never cut
+
+
+def test_a_signal_without_out_returns_the_model_trained_so_far(markov_data):
+    import signal
+
+    cfg = TrainConfig(preset="tiny", batch=2, ctx=16, steps=5, sample_tokens=20, verbose=False)
+    cut = train(cfg, data=markov_data, on_step=send_signal_after_step(3, signal.SIGINT))
+    assert cut.interrupted == "SIGINT" and len(cut.history) == 3 and cut.sample == ""  # no sampling after a stop
+    untrained = GPT(get_config("tiny"), seed=cfg.seed)
+    assert not torch.equal(cut.model.tok_emb.weight, untrained.tok_emb.weight)  # the notebook keeps the 3 steps
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(markov_data, tmp_path, precision, monkeypatch):
+    import minigpt.train as train_module
+    from minigpt.run_state import load_checkpoint
+    from minigpt.train import TrainingDiverged
+
+    built = []
+    real_build = train_module.build_step_state
+    monkeypatch.setattr(train_module, "build_step_state", lambda *args: built.append(real_build(*args)) or built[-1])
+
+    def poison_after_step_3(record: dict) -> None:
+        if record["step"] == 3:  # a NaN weight: the next forward's loss is NaN, as after a blow-up
+            with torch.no_grad():
+                next(built[0].model.parameters()).fill_(float("nan"))
+
+    cfg = TrainConfig(
+        preset="tiny", precision=precision, batch=2, ctx=16, steps=8, save_every=2, out=str(tmp_path), verbose=False
+    )
+    with pytest.raises(TrainingDiverged) as info:
+        train(cfg, data=markov_data, on_step=poison_after_step_3)
+    message = str(info.value)
+    assert "loss is nan at step 4" in message and "last good checkpoint (step 2)" in message
+    assert "--lr" in message and "--corpus" in message and "precision" in message
+    saved = load_checkpoint(tmp_path / "checkpoint.pt")
+    assert saved["step"] == 2  # the diverged state was not saved (nor step 3's, which save_every=2 skips)
+    assert all(torch.isfinite(v).all() for v in saved["model"].values())
+    assert len(info.value.result.history) == 3  # what was trained before the bad step
+
+
+def test_resuming_a_finished_run_says_so_and_trains_nothing(markov_data, tmp_path, capsys):
+    cfg = dict(preset="tiny", batch=2, ctx=16, steps=3, out=str(tmp_path), sample_tokens=0)
+    train(TrainConfig(verbose=False, **cfg), data=markov_data)
+    before = (tmp_path / "checkpoint.pt").read_bytes()
+    again = train(TrainConfig(resume=True, **cfg), data=markov_data)
+    out = capsys.readouterr().out
+    assert again.already_finished and len(again.history) == 3
+    assert "already finished: 3 of 3 steps" in out and "done:" not in out
+    assert (tmp_path / "checkpoint.pt").read_bytes() == before
+
+
+def test_resume_with_other_settings_names_them_before_any_work(markov_data, tmp_path):
+    train(TrainConfig(preset="tiny", batch=2, ctx=16, steps=2, out=str(tmp_path), verbose=False), data=markov_data)
+    changed = TrainConfig(preset="tiny-deep", precision="bf16", ctx=32, steps=4, out=str(tmp_path), resume=True)
+    with pytest.raises(ValueError, match="--preset: saved tiny, given tiny-deep; --precision: saved fp32, given bf16"):
+        train(changed, data=markov_data)
+
+
+def test_a_second_run_on_a_locked_folder_fails_and_leaves_it_alone(markov_data, tmp_path):
+    from minigpt.run_state import RunFolder, RunFolderBusy
+
+    cfg = dict(preset="tiny", batch=2, ctx=16, steps=2, out=str(tmp_path), verbose=False, sample_tokens=0)
+    train(TrainConfig(**cfg), data=markov_data)
+    before = (tmp_path / "checkpoint.pt").read_bytes()
+    with RunFolder(tmp_path).locked(), pytest.raises(RunFolderBusy, match="pid"):  # another run holds it
+        train(TrainConfig(**{**cfg, "steps": 4}, resume=True), data=markov_data)
+    assert (tmp_path / "checkpoint.pt").read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("lr", float("nan"), "--lr must be positive"),
+        ("lr", float("inf"), "--lr must be positive"),
+        ("dropout", 1.0, "--dropout must be in"),
+        ("save_every", -1, "--save-every must be 0 or more"),
+        ("eval_every", -2, "--eval-every must be 0 or more"),
+        ("grad_clip", float("nan"), "--grad-clip must be 0"),
+        ("seed", -1, "--seed must be between"),
+    ],
+)
+def test_values_outside_their_range_are_rejected(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**{field: value})
