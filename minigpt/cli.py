@@ -127,7 +127,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise ValueError("give --preset (and --hardware, --ctx, --effective-batch), or --table")
     from minigpt.model import get_config
 
-    chosen = plan(args.preset, args.hardware, args.ctx or get_config(args.preset).ctx, args.effective_batch)
+    hardware = args.hardware
+    if hardware == "cpu":  # this machine's CPU: what `minigpt doctor` reports (its bf16 instructions, its RAM)
+        from minigpt.hardware import detect_hardware
+
+        hardware = detect_hardware("cpu")
+    chosen = plan(args.preset, hardware, args.ctx or get_config(args.preset).ctx, args.effective_batch)
     print(json.dumps(chosen.to_dict(), indent=1, default=str) if args.json else chosen.explain())
     return 0
 
@@ -205,10 +210,45 @@ def resume_command(argv: list[str]) -> str:
     return shlex.join([*program.split(), *(a for a in argv if a != "--resume"), "--resume"])
 
 
+def train_warnings(cfg) -> list[str]:
+    """Settings that run, but probably not the way the user expects (printed once, to stderr, before training).
+
+    train() adds one of its own once it has the data: a step that takes more tokens than the corpus holds.
+    """
+    import torch
+
+    from minigpt import memory
+    from minigpt.device import cpu_matmul_slowdown, pick_device
+    from minigpt.model import get_config
+
+    notes, device = [], pick_device(cfg.device)
+    if device.type == "cpu" and cfg.precision != "fp32":
+        dtype = torch.float16 if cfg.precision == "fp16" else torch.bfloat16
+        slowdown = cpu_matmul_slowdown(dtype)
+        if slowdown >= 3:  # below that, the CPU has the instructions (bf16 here measures about 1.3x at n=128)
+            notes.append(
+                f"{cfg.precision} is emulated on this CPU: a {str(dtype).removeprefix('torch.')} matmul measured "
+                f"{slowdown:,.0f}x slower than fp32 here; --precision fp32 will train faster"
+            )
+    if cfg.checkpointing != "none":
+        model_cfg = get_config(cfg.preset, dropout=cfg.dropout)
+        shape = dict(batch=cfg.batch, ctx=cfg.ctx, precision=cfg.precision, master_weights=cfg.master_weights)
+        kept = memory.estimate(model_cfg, checkpointing=cfg.checkpointing, device=device, **shape).activations
+        full = memory.estimate(model_cfg, checkpointing="none", device=device, **shape).activations
+        if kept >= 0.95 * full:  # under 5% saved: the recomputation costs time for nothing
+            notes.append(
+                f"--checkpointing {cfg.checkpointing} saves nothing at this size (activations {full / 2**20:,.1f} MiB "
+                f"without it, {kept / 2**20:,.1f} MiB with it) but recomputes: --checkpointing none is faster"
+            )
+    return notes
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from minigpt.train import train
 
     cfg = train_config_from_args(args)
+    for note in train_warnings(cfg):
+        print(f"minigpt train: warning: {note}", file=sys.stderr)
     result = train(cfg)
     if args.json:
         print(json.dumps(result.summary(), default=str))

@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import inspect
 import os
 import platform
 import sys
+import time
 from dataclasses import dataclass
 
 import torch
@@ -190,6 +192,27 @@ def device_info(device: torch.device | str | None = None) -> DeviceInfo:
         supports_fp16_autocast=fp16_ok,
         note=f"bf16 hardware: {', '.join(fast)}" if fast else "no bf16 instructions: bf16 is emulated",
     )
+
+
+@functools.lru_cache
+def cpu_matmul_slowdown(dtype: torch.dtype, n: int = 128, repeats: int = 3) -> float:
+    """How many times slower an n x n matmul runs in `dtype` than in fp32 on this CPU (measured once, cached).
+
+    A CPU without bf16 (or fp16) instructions still computes in that dtype, by converting through fp32:
+    correct, and often 10-1000x slower. Measuring answers for this CPU, whatever its flags say.
+    """
+
+    def best_seconds(dt: torch.dtype) -> float:
+        a, b = torch.ones(n, n, dtype=dt), torch.ones(n, n, dtype=dt)
+        a @ b  # warm-up: the first call may pick or load a kernel
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            a @ b
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    return best_seconds(dtype) / max(best_seconds(torch.float32), 1e-9)
 
 
 # ----------------------------------------------------------------------------------------------------------

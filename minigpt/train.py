@@ -419,6 +419,13 @@ def train(
 
         data = data or load_tokens(cfg.corpus, cfg.tokenizer)
         data.check_ctx(cfg.ctx)
+        step_tokens = cfg.batch * cfg.accum * world * cfg.ctx
+        if rank == 0 and step_tokens > len(data.train):  # runs, but hardly what anyone meant
+            print(
+                f"warning: one step takes {step_tokens:,} tokens (batch x accum x processes x ctx), more than the "
+                f"corpus's {len(data.train):,} training tokens; a smaller --batch or --accum gives more steps",
+                file=sys.stderr,
+            )
         state = build_step_state(get_config(cfg.preset, dropout=cfg.dropout), cfg, device)
         model = state.model
         data_gen = torch.Generator().manual_seed(cfg.seed)

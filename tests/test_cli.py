@@ -51,10 +51,11 @@ TINY = ["train", "--preset", "tiny", "--batch", "2", "--ctx", "16", "--steps", "
 
 
 def one_error_line(capsys) -> str:
-    """stderr of the last call: exactly one line, and no traceback."""
+    """stderr of the last call: exactly one line besides warnings, and no traceback."""
     err = capsys.readouterr().err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    return err.strip()
+    lines = [line for line in err.strip().splitlines() if "warning: " not in line]  # e.g. bf16 emulated on CI
+    assert "Traceback" not in err and len(lines) == 1, err
+    return lines[0]
 
 
 def stop_after_step(step: int, sig, monkeypatch) -> None:
@@ -223,3 +224,48 @@ def test_every_failure_is_one_line_with_the_right_exit_code(case, code, message,
     monkeypatch.undo()
     assert ckpt.read_bytes() == before  # an error never changes the checkpoint
     assert not list(run.glob("*.tmp")) and not (run / ".lock").exists()  # nor leaves files behind
+
+
+def test_surprising_settings_are_warned_about_once_on_stderr(monkeypatch, capsys, tmp_path):
+    """Warnings, not errors: the run goes on. Each names what was measured or estimated, and what to do."""
+    import minigpt.device
+
+    slowdowns = {torch.float16: 250.0, torch.bfloat16: 1.3}  # fp16 emulated (as on a Zen 5), bf16 native
+    monkeypatch.setattr(minigpt.device, "cpu_matmul_slowdown", lambda dtype: slowdowns[dtype])
+    assert main([*TINY, "--steps", "1", "--precision", "fp16", "--device", "cpu"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warnings == [
+        "minigpt train: warning: fp16 is emulated on this CPU: a float16 matmul measured 250x slower than fp32 "
+        "here; --precision fp32 will train faster"
+    ]
+    assert main([*TINY, "--steps", "1", "--precision", "bf16", "--device", "cpu"]) == 0
+    assert "warning" not in capsys.readouterr().err  # bf16 measured fast: nothing to say
+
+    small = tmp_path / "small.txt"
+    small.write_text("a short story about a cat and a dog. " * 60)  # a few hundred tokens
+    assert main([*TINY, "--steps", "1", "--corpus", str(small), "--batch", "8", "--accum", "8", "--device", "cpu"]) == 0
+    assert "more than the corpus's" in capsys.readouterr().err  # 1,024 tokens a step: the whole corpus each step
+
+
+def test_a_checkpointing_mode_that_saves_nothing_is_warned_about(monkeypatch):
+    from minigpt import memory
+    from minigpt.cli import train_warnings
+    from minigpt.train import TrainConfig
+
+    cfg = TrainConfig(preset="tiny", batch=2, ctx=16, checkpointing="full", device="cpu")
+    assert train_warnings(cfg) == []  # full checkpointing saves most activations here
+    real = memory.estimate
+    same_either_way = lambda *args, **kw: real(*args, **{**kw, "checkpointing": "none"})  # noqa: E731
+    monkeypatch.setattr(memory, "estimate", same_either_way)  # as for a model whose blocks keep nothing
+    (note,) = train_warnings(cfg)
+    assert note.startswith("--checkpointing full saves nothing at this size") and "none is faster" in note
+
+
+def test_plan_for_this_cpu_uses_what_doctor_measures(capsys):
+    """`plan --hardware cpu` describes this machine's CPU: bf16 exactly when doctor says bf16 is native."""
+    from minigpt.device import device_info
+
+    assert main(["plan", "--preset", "tiny", "--hardware", "cpu", "--json"]) == 0
+    chosen = json.loads(capsys.readouterr().out)
+    native_bf16 = device_info("cpu").bf16_is_fast
+    assert (chosen["precision"] == "bf16") == native_bf16, chosen

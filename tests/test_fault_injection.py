@@ -228,8 +228,9 @@ def test_fuzzed_cli_flags_exit_0_1_or_2_with_one_line_and_never_touch_a_checkpoi
         err = capsys.readouterr().err
         assert code in (0, 1, 2), (argv, code, err)
         assert "Traceback" not in err, (argv, err)
-        if code != 0:
-            assert len(err.strip().splitlines()) == 1 and "error: " in err, (argv, err)
+        if code != 0:  # one error line, besides warnings (bf16 on a CPU that emulates it, ...)
+            errors = [line for line in err.strip().splitlines() if "warning: " not in line]
+            assert len(errors) == 1 and "error: " in errors[0], (argv, err)
         for folder in (run, damaged):
             if not (code == 0 and "--resume" in argv and str(folder) in argv):  # only a resumed run saves there
                 assert (folder / "checkpoint.pt").read_bytes() == before[folder], (argv, code, err)  # untouched
