@@ -49,9 +49,13 @@ def _ops_to_save() -> set:
     return {getattr(aten, n).default for n in names if hasattr(aten, n)}
 
 
-@functools.lru_cache(maxsize=1)
+_BUILT: dict[str, functools.partial] = {}  # a plain dict, not lru_cache: torch.compile traces through it quietly
+
+
 def selective_context_fn():
     """The context_fn that tells torch.utils.checkpoint which op outputs to keep (needs torch >= 2.4)."""
+    if "selective" in _BUILT:
+        return _BUILT["selective"]
     try:
         from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
     except ImportError:
@@ -64,7 +68,8 @@ def selective_context_fn():
     def policy(ctx, op, *args, **kwargs):
         return CheckpointPolicy.MUST_SAVE if op in save else CheckpointPolicy.PREFER_RECOMPUTE
 
-    return functools.partial(create_selective_checkpoint_contexts, policy)
+    _BUILT["selective"] = functools.partial(create_selective_checkpoint_contexts, policy)
+    return _BUILT["selective"]
 
 
 def _run_segment(blocks: nn.ModuleList, seg: range, x, cos, sin):

@@ -356,3 +356,63 @@ def test_a_second_run_on_a_locked_folder_fails_and_leaves_it_alone(markov_data, 
 def test_values_outside_their_range_are_rejected(field, value, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig(**{field: value})
+
+
+def test_adamw_is_fused_where_the_device_has_the_kernel_and_updates_like_foreach(tiny_cfg):
+    """make_optimizer picks the fused kernel on the CPU (torch >= 2.4); it must update exactly as foreach does."""
+    from minigpt.train import fused_adamw_supported, make_optimizer
+
+    assert fused_adamw_supported("cpu")
+    models = [GPT(tiny_cfg, seed=0) for _ in range(2)]
+    fused = make_optimizer(list(models[0].parameters()), TrainConfig(preset="tiny"))
+    assert fused.defaults["fused"] and not fused.defaults["foreach"]
+    foreach = torch.optim.AdamW(
+        [
+            {"params": [p for p in models[1].parameters() if p.dim() >= 2], "weight_decay": 0.1},
+            {"params": [p for p in models[1].parameters() if p.dim() < 2], "weight_decay": 0.0},
+        ],
+        lr=1e-3,
+        betas=(0.9, 0.95),
+        foreach=True,
+    )
+    x, y = torch.randint(0, 64, (4, 16)), torch.randint(0, 64, (4, 16))
+    for _ in range(3):
+        for model, opt in zip(models, (fused, foreach)):
+            model(x, y)[1].backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    for (name, a), b in zip(models[0].named_parameters(), models[1].parameters()):
+        # the same fp32 update math in another order of operations: a few ulps apart (TOL is ~100x that)
+        torch.testing.assert_close(a, b, **TOL, msg=name)
+
+
+@pytest.mark.parametrize("precision, checkpointing", [("fp32", "none"), ("bf16", "selective"), ("fp16", "full")])
+def test_compiled_training_matches_eager(markov_data, precision, checkpointing):
+    """compile=True runs the same math through generated kernels: the same losses, up to rounding."""
+    common = dict(
+        preset="tiny",
+        precision=precision,
+        checkpointing=checkpointing,
+        batch=4,
+        ctx=32,
+        steps=4,
+        sample_tokens=0,
+        verbose=False,
+    )
+    eager = train(TrainConfig(**common), data=markov_data)
+    compiled = train(TrainConfig(**common, compile=True), data=markov_data)
+    # Fused kernels round differently: fp32 agrees to ~1e-6, and 16-bit autocast rounds every matmul input to
+    # 8 (bf16) or 11 (fp16) mantissa bits, about 4e-3 / 5e-4 relative; four steps stay well inside 1e-2 nats.
+    tolerance = 1e-4 if precision == "fp32" else 1e-2
+    assert all(abs(a - b) < tolerance for a, b in zip(eager.losses, compiled.losses)), (eager.losses, compiled.losses)
+    assert isinstance(compiled.model, GPT)  # the result holds the model itself, not its compiled wrapper
+
+
+def test_compile_refuses_where_it_cannot_work(monkeypatch):
+    from minigpt import train as train_module
+
+    monkeypatch.setattr(train_module.shutil, "which", lambda name: None)
+    with pytest.raises(ValueError, match="C\\+\\+ compiler"):
+        train_module.check_compile(CPU)
+    with pytest.raises(ValueError, match="mps"):
+        train_module.check_compile(torch.device("mps"))

@@ -38,7 +38,7 @@ class MemoryBreakdown:
     logits: int  # transient: logits, their fp32 upcast, and their fp32 gradients at the start of backward
     activation_grads: int  # transient: gradients in flight in backward, recomputed blocks, forward scratch
     weight_copies: int = 0  # transient: autocast's bf16/fp16 copies of the fp32 weight matrices
-    optimizer_step: int = 0  # transient: AdamW's temporaries inside optimizer.step()
+    optimizer_step: int = 0  # transient: gradient clipping's norms and AdamW's temporaries in optimizer_step
     moments: dict[str, int] = field(default_factory=dict)  # phase of the step -> live bytes at its worst
     device_peak: int | None = None  # measure() only: the real peak of the step (see measure)
     saved_by_hooks: int | None = None  # measure() only: what saved_tensors_hooks alone counted
@@ -329,6 +329,9 @@ def _block_activations(cfg: ModelConfig, batch: int, ctx: int, w: _Widths, devic
 # Sizes below: N = batch x ctx tokens, C = n_embd, H = mlp_hidden, V = vocab_size, L = n_layer.
 
 
+# Where train.make_optimizer finds a fused AdamW kernel (torch >= 2.4): an update with no temporary tensors.
+FUSED_ADAMW_DEVICES = ("cpu", "cuda")
+
 # cuBLAS takes a workspace through PyTorch's allocator for each thread that runs matmuls: the training
 # loop's thread and autograd's backward thread. Measured on an H100 (torch 2.11): 32 MiB each, which is
 # PyTorch's default on Hopper; older GPUs default to 8.125 MiB each, so this errs on the safe side there.
@@ -339,6 +342,11 @@ CUDA_LIBRARY_WORKSPACE = 2 * 32 * 2**20
 def _regions(cfg: ModelConfig, mode: str) -> list[int]:
     """Blocks per checkpointed region, in forward order (one region per block without checkpointing)."""
     return [len(s) for s in sqrt_segments(cfg.n_layer)] if mode == "sqrt" else [1] * cfg.n_layer
+
+
+def _param_tensors(cfg: ModelConfig) -> int:
+    """How many parameter tensors the model has: the embedding and the final norm, and 7 in each block."""
+    return 2 + 7 * cfg.n_layer
 
 
 def _block_params(cfg: ModelConfig) -> int:
@@ -394,7 +402,7 @@ class _Transients:
     block_backward: int  # working memory of one block's backward (see _block_backward)
     grad_into_embedding: int  # the (N, C) gradient reaching the embedding, alive during its backward
     weight_copies: int  # autocast: 16-bit copies of every weight matrix, all alive in its cache in the forward
-    optimizer_step: int  # AdamW's temporaries
+    optimizer_step: int  # clip_grad_norm_'s norms, AdamW's temporaries, fp16's found-inf flag
 
     @property
     def logits(self) -> int:
@@ -417,11 +425,14 @@ def _transients(
     cfg: ModelConfig, batch: int, ctx: int, precision: str, mode: str, master_weights: bool, device: str
 ) -> _Transients:
     w, tokens, V, C = _widths(precision), batch * ctx, cfg.vocab_size, cfg.n_embd
-    # AdamW's state has the trained parameters' dtype. Its temporaries: foreach (CUDA) makes one per
-    # parameter of the decay group (sqrt of exp_avg_sq); the single-tensor loop elsewhere makes two of
-    # the largest parameter (the embedding) at once.
+    # AdamW's state has the trained parameters' dtype. Its temporaries: none with the fused kernel, which
+    # train.make_optimizer uses on the CPU and CUDA (torch >= 2.4); with foreach, its fallback elsewhere, one
+    # per parameter of the decay group (sqrt of exp_avg_sq).
     adam_state_bytes = 4 if (master_weights or precision != "bf16-pure") else 2
-    adam_temporaries = _matrix_params(cfg) if device == "cuda" else 2 * V * C
+    adam_temporaries = 0 if device in FUSED_ADAMW_DEVICES else _matrix_params(cfg)
+    # clip_grad_norm_ (foreach): a norm per gradient tensor, their stack and the total, in the gradients' dtype
+    clip_norms = (2 * _param_tensors(cfg) + 1) * adam_state_bytes
+    found_inf = 4 if precision == "fp16" else 0  # GradScaler's flag, which the fused step reads
     return _Transients(
         logits_held=w.compute * V * tokens,
         logits_upcast=4 * V * tokens if w.compute == 2 else 0,
@@ -433,18 +444,18 @@ def _transients(
         block_backward=_block_backward(cfg, tokens, w),
         grad_into_embedding=w.residual * C * tokens,
         weight_copies=2 * _matrix_params(cfg) if w.autocast else 0,
-        optimizer_step=adam_state_bytes * adam_temporaries,
+        optimizer_step=adam_state_bytes * adam_temporaries + clip_norms + found_inf,
     )
 
 
 def _always_alive(cfg: ModelConfig, w: _Widths, device: str, weights: int, optimizer: int) -> int:
     """Bytes there through the whole step: weights, AdamW's state (from the second step on), the RoPE
-    tables (buffers) and, on CUDA, cuBLAS's workspaces; on the CPU, AdamW's step counters instead (a
-    4-byte tensor per parameter tensor: 2 outside the blocks, 7 in each; CUDA keeps them on the host).
+    tables (buffers), AdamW's step counters (a 4-byte tensor per parameter tensor, 2 outside the blocks and
+    7 in each, on the device for the fused kernel) and, on CUDA, cuBLAS's workspaces.
     """
     rope_tables = 2 * cfg.ctx * (cfg.head_dim // 2) * w.model  # cos and sin
-    step_counters = 4 * (2 + 7 * cfg.n_layer)
-    return weights + optimizer + rope_tables + (CUDA_LIBRARY_WORKSPACE if device == "cuda" else step_counters)
+    step_counters = 4 * _param_tensors(cfg) if device in FUSED_ADAMW_DEVICES else 0
+    return weights + optimizer + rope_tables + step_counters + (CUDA_LIBRARY_WORKSPACE if device == "cuda" else 0)
 
 
 def _backward_through_blocks(cfg: ModelConfig, w: _Widths, mode: str, t: _Transients, kept_per_region: int) -> int:
@@ -556,7 +567,7 @@ def estimate(
 ) -> MemoryBreakdown:
     """Predicted memory of one training step, from the config alone (no tensor is made).
 
-    `device` picks the kernels' rules: "cuda" (fused dropout and attention, foreach AdamW) or any other
+    `device` picks the kernels' rules: "cuda" (fused dropout and attention) or any other
     type (CPU rules). They differ only with dropout > 0 and in AdamW's temporaries.
     """
     precision = normalize_precision(precision)
