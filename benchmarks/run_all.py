@@ -22,6 +22,7 @@ import torch
 from benchmarks import (
     bench_accumulation,
     bench_checkpointing,
+    bench_compile,
     bench_corpus,
     bench_loop,
     bench_memory_grid,
@@ -39,6 +40,7 @@ BENCHMARKS = {
     "checkpointing": bench_checkpointing,
     "accumulation": bench_accumulation,
     "memory_grid": bench_memory_grid,
+    "compile": bench_compile,
 }
 
 

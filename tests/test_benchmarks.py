@@ -7,12 +7,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = [
-    "1. Loop overhead",
+    "1. Loop speed",
     "2. Model FLOPs utilization",
     "3. Precision modes",
     "4. Gradient checkpointing",
     "5. Gradient accumulation",
     "6. Memory prediction grid",
+    "7. torch.compile",
 ]
 PLOTS = [
     "loop_overhead.png",
@@ -21,6 +22,7 @@ PLOTS = [
     "checkpointing.png",
     "accumulation.png",
     "memory_grid.png",
+    "compile.png",
 ]
 
 
