@@ -226,7 +226,9 @@ def train_warnings(cfg) -> list[str]:
     if device.type == "cpu" and cfg.precision != "fp32":
         dtype = torch.float16 if cfg.precision == "fp16" else torch.bfloat16
         slowdown = cpu_matmul_slowdown(dtype)
-        if slowdown >= 3:  # below that, the CPU has the instructions (bf16 here measures about 1.3x at n=128)
+        # below 3x the CPU has the instructions (an AMX Xeon measured bf16 2x faster than fp32; an AVX2-only
+        # CPU emulates bf16 about 15x slower, and fp16 can be 1000x slower)
+        if slowdown >= 3:
             notes.append(
                 f"{cfg.precision} is emulated on this CPU: a {str(dtype).removeprefix('torch.')} matmul measured "
                 f"{slowdown:,.0f}x slower than fp32 here; --precision fp32 will train faster"
@@ -241,6 +243,13 @@ def train_warnings(cfg) -> list[str]:
                 f"--checkpointing {cfg.checkpointing} saves nothing at this size (activations {full / 2**20:,.1f} MiB "
                 f"without it, {kept / 2**20:,.1f} MiB with it) but recomputes: --checkpointing none is faster"
             )
+    world = int(os.environ.get("WORLD_SIZE", "1"))  # set by torchrun
+    if world > 1 and cfg.accum > 1:
+        notes.append(
+            f"effective batch = {cfg.batch} (batch) x {cfg.accum} (accum) x {world} (processes) = "
+            f"{cfg.batch * cfg.accum * world} sequences, {world}x a single-process run with these flags; "
+            f"to keep {cfg.batch * cfg.accum}, divide --accum by {world}"
+        )
     return notes
 
 

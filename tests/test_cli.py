@@ -261,6 +261,17 @@ def test_a_checkpointing_mode_that_saves_nothing_is_warned_about(monkeypatch):
     assert note.startswith("--checkpointing full saves nothing at this size") and "none is faster" in note
 
 
+def test_an_effective_batch_multiplied_by_torchrun_is_warned_about(monkeypatch):
+    from minigpt.cli import train_warnings
+    from minigpt.train import TrainConfig
+
+    cfg = TrainConfig(preset="tiny", batch=2, accum=4, ctx=16, device="cpu")
+    assert train_warnings(cfg) == []  # one process: the effective batch is batch x accum, as asked
+    monkeypatch.setenv("WORLD_SIZE", "4")  # what torchrun --nproc-per-node 4 sets
+    (note,) = train_warnings(cfg)
+    assert "= 32 sequences, 4x a single-process run" in note and "divide --accum by 4" in note
+
+
 def test_plan_for_this_cpu_uses_what_doctor_measures(capsys):
     """`plan --hardware cpu` describes this machine's CPU: bf16 exactly when doctor says bf16 is native."""
     from minigpt.device import device_info
