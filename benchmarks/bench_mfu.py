@@ -123,44 +123,51 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
     ]
     rows, checks, bars, profiles = [], [], [], []
     ctx = size["ctx"]
+    compile_modes = (False,) if quick else (False, True)  # compiling takes tens of seconds: not in a quick check
     for preset, batch in size["runs"]:
         for precision in size["precisions"]:
-            cfg = TrainConfig(preset=preset, precision=precision, batch=batch, ctx=ctx, device=str(device))
-            times, step_peaks = steps_and_peaks(cfg, data, size["warmup"], size["steps"], peaks[precision]["size"])
-            med, spread = median_spread(times)
-            tokens_per_s = batch * ctx / med
-            achieved = tokens_per_s * flops_per_token(preset, ctx)
-            step_flops = [batch * ctx * flops_per_token(preset, ctx) / t for t in times]
-            mfu = statistics.median(f / peak for f, peak in zip(step_flops, step_peaks))
-            judged = device.type == "cpu" and precision in TARGETS
-            target = TARGETS.get(precision, 0.0)
-            verdict = ("PASS" if mfu >= target else "FAIL") if judged else "no target"
-            if judged and mfu < target and not quick:
-                profiles.append(profile_markdown(f"{preset} {precision} (MFU {mfu:.1%})", step_profile(cfg, data)))
-            rows.append(
-                [
-                    preset,
-                    precision,
-                    batch,
-                    f"{flops_per_token(preset, ctx) / 1e6:,.1f}",
-                    f"{tokens_per_s:,.0f}",
-                    f"{spread:.1f}",
-                    f"{achieved / 1e9:,.1f}",
-                    f"{statistics.median(step_peaks) / 1e9:,.1f}",
-                    f"{100 * mfu:.1f}",
-                    verdict,
-                ]
-            )
-            if judged:
+            mfus = {}  # compile on/off -> (MFU, step spread %)
+            for compile in compile_modes:
+                cfg = TrainConfig(
+                    preset=preset, precision=precision, batch=batch, ctx=ctx, device=str(device), compile=compile
+                )
+                times, step_peaks = steps_and_peaks(cfg, data, size["warmup"], size["steps"], peaks[precision]["size"])
+                med, spread = median_spread(times)
+                tokens_per_s = batch * ctx / med
+                step_flops = [batch * ctx * flops_per_token(preset, ctx) / t for t in times]
+                mfus[compile] = (statistics.median(f / peak for f, peak in zip(step_flops, step_peaks)), spread)
+                rows.append(
+                    [
+                        preset,
+                        precision,
+                        "on" if compile else "off",
+                        batch,
+                        f"{flops_per_token(preset, ctx) / 1e6:,.1f}",
+                        f"{tokens_per_s:,.0f}",
+                        f"{spread:.1f}",
+                        f"{tokens_per_s * flops_per_token(preset, ctx) / 1e9:,.1f}",
+                        f"{statistics.median(step_peaks) / 1e9:,.1f}",
+                        f"{100 * mfus[compile][0]:.1f}",
+                    ]
+                )
+                bars.append((f"{preset}\n{precision}{' comp.' if compile else ''}", 100 * mfus[compile][0]))
+                print(rows[-1], file=sys.stderr, flush=True)
+            # judged at minigpt.train's fastest setting (nanoGPT reports its MFU with torch.compile on)
+            best = max(mfus, key=lambda c: mfus[c][0])
+            (mfu, spread), target = mfus[best], TARGETS.get(precision, 0.0)
+            if device.type == "cpu" and precision in TARGETS:
+                setting = "compiled" if best else "eager"
                 checks.append(
                     Check(
                         f"{preset} {precision} at ctx {ctx} on the CPU: MFU >= {target:.0%} of the {precision} peak",
-                        f"{mfu:.1%} (step spread {spread:.1f}%)",
+                        f"{mfu:.1%} ({setting}, step spread {spread:.1f}%)",
                         mfu >= target,
                     )
                 )
-            bars.append((f"{preset}\n{precision}", 100 * mfu))
-            print(rows[-1], file=sys.stderr, flush=True)
+                if mfu < target and not quick:
+                    cfg = TrainConfig(preset=preset, precision=precision, batch=batch, ctx=ctx, device=str(device))
+                    title = f"{preset} {precision} (best MFU {mfu:.1%}, {setting}; the profile is of the eager step)"
+                    profiles.append(profile_markdown(title, step_profile(cfg, data)))
 
     body = "\n\n".join(
         [
@@ -169,12 +176,15 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
             table(peak_rows, ["precision", "matmul dtype", "peak GFLOP/s", "spread %", "n"]),
             f"Training at ctx {ctx} ({size['warmup']} warm-up steps, median of {size['steps']} timed steps of "
             "`minigpt.train.train()`, each followed by one n x n matmul; MFU = median over steps of the step's "
-            "FLOP/s over that matmul's):",
+            "FLOP/s over that matmul's), eager and with `compile=True` (compilation happens in the warm-up "
+            "steps). The CPU targets (" + ", ".join(f"{p} {t:.0%}" for p, t in TARGETS.items()) + ") are judged "
+            "at the faster of the two settings, as nanoGPT reports its MFU with torch.compile on:",
             table(
                 rows,
                 [
                     "preset",
                     "precision",
+                    "compile",
                     "batch",
                     "MFLOP/token",
                     "tokens/s",
@@ -182,7 +192,6 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
                     "achieved GFLOP/s",
                     "peak between steps GFLOP/s",
                     "MFU %",
-                    "target (CPU: " + ", ".join(f"{p} {t:.0%}" for p, t in TARGETS.items()) + ")",
                 ],
             ),
             *profiles,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import os
 import platform
 import statistics
@@ -88,6 +89,21 @@ def median_spread(values: list[float]) -> tuple[float, float]:
         raise ValueError("no timed runs: ask for at least one measured step")
     med = statistics.median(values)
     return med, 100.0 * (max(values) - min(values)) / med if med else 0.0
+
+
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free confidence interval for the median: a pair of order statistics of the runs.
+
+    The k-th smallest value lies below the true median with probability P(Binomial(n, 1/2) >= k); k is the
+    largest rank for which the chance that the median falls outside [x_k, x_(n+1-k)] stays under 1 - confidence.
+    With fewer than 6 runs no such pair exists at 95%, and the interval is the whole range.
+    """
+    xs, n = sorted(values), len(values)
+    below = lambda k: sum(math.comb(n, i) for i in range(k)) / 2**n  # noqa: E731 - P(fewer than k runs below)
+    k = 1
+    while k < n // 2 and 2 * below(k + 1) <= 1 - confidence:
+        k += 1
+    return xs[k - 1], xs[n - k]
 
 
 def clock(device: torch.device) -> float:
