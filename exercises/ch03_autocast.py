@@ -51,7 +51,7 @@ def compare_precisions(
     device: str = "cpu",
     data: TokenData | None = None,
 ) -> list[dict]:
-    """Exercise 3.2 (seed exercise 1): the same training run in each precision; compare time, memory and loss.
+    """Exercise 3.2: the same training run in each precision; compare time, memory and loss.
 
     For each precision, train with minigpt.train.train(TrainConfig(preset=..., precision=..., steps=...,
     batch=..., ctx=..., device=..., seed=0, progress=False, verbose=False, sample_tokens=0), data) and
@@ -71,7 +71,7 @@ def compare_precisions(
 
 
 def lost_update_fraction(weights: torch.Tensor, update: float, dtype: torch.dtype) -> float:
-    """Exercise 3.3 (seed exercise 5, "why still fp32?"): the fraction of weights an update would not change.
+    """Exercise 3.3: the fraction of weights an update would not change.
 
     Store the weights in `dtype`, add `update` to every element, store the sums in `dtype`, and return
     the fraction of elements that came out equal to what they were. An AdamW step moves each weight by

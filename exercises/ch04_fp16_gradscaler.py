@@ -90,7 +90,7 @@ def fp16_overflow_experiment(
     data: TokenData | None = None,
     seed: int = 0,
 ) -> list[dict]:
-    """Exercise 4.4 (seed exercise 4): fp16 training at a high lr; watch the scaler react (scaler.get_scale()).
+    """Exercise 4.4: fp16 training at a high lr; watch the scaler react (scaler.get_scale()).
 
     Build GPT(get_config(preset), seed=seed) on `device`, AdamW(lr=lr), and
     torch.amp.GradScaler(device, init_scale=init_scale) (a large initial scale makes the first scaled

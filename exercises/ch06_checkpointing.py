@@ -18,7 +18,6 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
 from minigpt.model import GPT, get_config
-from minigpt.recompute import sqrt_segments as package_sqrt_segments
 
 
 def checkpointed_forward(blocks: nn.ModuleList, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -75,7 +74,7 @@ def checkpointing_tradeoff(
     device: str = "cpu",
     seed: int = 0,
 ) -> list[dict]:
-    """Exercise 6.4 (seed exercise 3): memory and time of a training step with and without checkpointing.
+    """Exercise 6.4: memory and time of a training step with and without checkpointing.
 
     For each mode: build GPT(get_config(preset), seed=seed) on `device`, set model.checkpointing = mode,
     AdamW(lr=1e-3), a random batch of token ids (torch.randint with a seeded generator, vocab_size of the

@@ -1,5 +1,5 @@
 """Grades chapter 3: an autocast training step that keeps the loss in fp32, the precision comparison
-(seed exercise 1) and "why still fp32?" (seed exercise 5)."""
+and "why still fp32?"."""
 
 import copy
 import inspect

@@ -1,5 +1,5 @@
 """Grades chapter 4: a scaled fp16 step (unscale before clipping), the scaler's update rule, the schedule on
-skipped steps, and the overflow experiment (seed exercise 4)."""
+skipped steps, and the overflow experiment."""
 
 import copy
 import math

@@ -1,5 +1,5 @@
 """Grades chapter 5: token-normalized accumulation, the effective-batch arithmetic, and accum 1/4/16 at a fixed
-effective batch (seed exercise 2)."""
+effective batch."""
 
 import copy
 import math

@@ -1,5 +1,5 @@
 """Grades chapter 6: a checkpointed forward over a list of blocks, sqrt(L) segments, and the memory/time
-trade-off (seed exercise 3).
+trade-off.
 
 Memory is measured, not timed: the bytes autograd saves for backward are the same on every machine.
 """

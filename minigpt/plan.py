@@ -406,7 +406,7 @@ def compare_with_rules_of_thumb(effective_batch: int = RULES_OF_THUMB_EFFECTIVE_
     """Each row of RULES_OF_THUMB next to the planner's choice for the same model and hardware, and why.
 
     The rules of thumb guess; the planner uses minigpt.memory's model of this course's GPT.
-    The book_* columns hold the rule of thumb, the plan_* columns the planner's choice.
+    The rule_* columns hold the rule of thumb, the plan_* columns the planner's choice.
     """
     rows = []
     for rule in RULES_OF_THUMB:
@@ -433,11 +433,11 @@ def compare_with_rules_of_thumb(effective_batch: int = RULES_OF_THUMB_EFFECTIVE_
             {
                 "preset": rule["preset"],
                 "hardware": rule["hardware"],
-                "book_precision": rule["precision"],
+                "rule_precision": rule["precision"],
                 "plan_precision": p.precision_label,
-                "book_accum": str(low) if low == high else f"{low}~{high}",
+                "rule_accum": str(low) if low == high else f"{low}~{high}",
                 "plan_accum": p.accum,
-                "book_ckpt": "yes" if rule["checkpointing"] else "no",
+                "rule_ckpt": "yes" if rule["checkpointing"] else "no",
                 "plan_ckpt": p.checkpointing,
                 "agrees": not differs,
                 "why": "; ".join(why) if why else ("same" if not differs else f"{', '.join(differs)} differ"),

@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = ROOT / "chapters"
 TEXT_FORMAT = "md:myst"
 TIMEOUT_S = 900  # per cell: the longest chapter cell takes about a minute on a 2-core CPU
+# The kernelspec JupyterLab's installed ipykernel reports: any other display name marks a notebook unsaved on open.
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
 
 def pairs() -> list[tuple[Path, Path]]:
@@ -53,6 +55,7 @@ def execute(source: Path, notebook: Path) -> float:
     if notebook.exists():  # keep the notebook-level metadata (kernelspec, widgets) the .md does not hold
         old = nbformat.read(notebook, as_version=4)
         nb.metadata = {**old.metadata, **nb.metadata}
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
     start = time.perf_counter()
     NotebookClient(
         nb,

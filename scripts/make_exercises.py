@@ -32,6 +32,7 @@ END = re.compile(r"^\s*# END SOLUTION\s*$")
 MODULE = re.compile(r"^ch(?P<nn>\d\d)_(?P<slug>\w+)\.py$")
 NOTEBOOK = re.compile(r"^ch(?P<nn>\d\d)\.ipynb$")
 MAX_HINT = 95  # characters: the hint is one line of the stub
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}  # as JupyterLab's
 ANSWER_PROMPT = "**Your answer:** *(write it here, then compare with the solutions notebook)*"
 HEADER = """\
 # Chapter {n} exercises, generated from solutions/{name} by scripts/make_exercises.py.
@@ -105,6 +106,7 @@ def _source(cell: dict) -> str:
 def exercise_notebook(path: Path, root: Path = ROOT) -> dict:
     """exercises/chNN.ipynb generated from solutions/chNN.ipynb (a notebook as a JSON dict)."""
     nb = json.loads(path.read_text())
+    nb["metadata"]["kernelspec"] = dict(KERNELSPEC)  # the one JupyterLab expects, so the notebook opens unmodified
     chapter = chapter_notebook(NOTEBOOK.match(path.name)["nn"], root)
     for i, cell in enumerate(nb["cells"]):
         text = _source(cell)

@@ -70,7 +70,7 @@ def compare_accumulation(
     device: str = "cpu",
     data: TokenData | None = None,
 ) -> list[dict]:
-    """Exercise 5.3 (seed exercise 2): the same effective batch with accum 1, 4, 16; compare time, memory, loss.
+    """Exercise 5.3: the same effective batch with accum 1, 4, 16; compare time, memory, loss.
 
     For each accum: micro_batch = effective // accum; train with minigpt.train.train(TrainConfig(
     preset=..., batch=micro_batch, accum=accum, ctx=..., steps=..., device=..., seed=0, progress=False,
@@ -78,7 +78,7 @@ def compare_accumulation(
       accum, micro_batch, seconds (the whole run), final_loss (result.losses[-1]),
       predicted_peak_bytes (minigpt.memory.estimate(model config, micro_batch, ctx, device=device).peak)
       and measured_peak_bytes (result.summary()["peak_memory_bytes"]; None on a CPU).
-    Defaults are sized for a CPU; the book's version is effective=128 on a GPU.
+    Defaults are sized for a CPU; on a GPU, try effective=128.
     """
     # BEGIN SOLUTION 5.3: micro_batch = effective // accum; one timed train() per accum; estimate() for the memory
     rows = []

@@ -171,6 +171,6 @@ def test_compare_with_rules_of_thumb_covers_every_row_and_agrees_on_precision():
     rows = compare_with_rules_of_thumb()
     assert len(rows) == len(RULES_OF_THUMB)
     # the rules' precision column follows from the hardware alone; the planner's rule must reproduce it
-    assert all(r["book_precision"] == r["plan_precision"] for r in rows)
+    assert all(r["rule_precision"] == r["plan_precision"] for r in rows)
     for r in rows:
         assert r["agrees"] == (r["why"] == "same")
