@@ -69,7 +69,7 @@ class TrainConfig:
     resume: bool = False
     device: str = "auto"
     sample_tokens: int = 60  # tokens generated at the end (0: none)
-    progress: bool | None = None  # tqdm bar; None: only in a terminal
+    progress: bool | None = None  # tqdm bar; None: in a terminal or a notebook, else a log line now and then
     verbose: bool = True
 
     def __post_init__(self) -> None:
@@ -417,10 +417,61 @@ def _stop_requested(stop_signal: StopSignals, world: int) -> str | None:
     return stop_signal.received or ("SIGTERM" if anyone else None)
 
 
+def in_notebook_kernel() -> bool:
+    """Whether this code runs inside a Jupyter (IPython) kernel, where tqdm.auto draws a widget bar.
+
+    `!minigpt train` in a notebook is a child process with no kernel of its own: False there.
+    """
+    if "ipykernel" not in sys.modules:  # never imported: no kernel, and no need to import IPython to ask
+        return False
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
 def _progress_enabled(cfg: TrainConfig) -> bool:
+    """A tqdm bar where someone watches it redraw: a terminal or a notebook; cfg.progress forces it on or off."""
     if cfg.progress is not None:
         return cfg.progress
-    return sys.stderr.isatty()
+    return sys.stderr.isatty() or in_notebook_kernel()
+
+
+LOG_EVERY_STEPS = 10  # without a bar: one line per tenth of the run ...
+LOG_EVERY_SECONDS = 10.0  # ... or after this many seconds, whichever comes first
+
+
+class StepLog:
+    """One line per step group where no bar can redraw (CI logs, pipes, `!minigpt train` in a notebook).
+
+    A line every `total / every_fraction` steps or every `every_s` seconds, and always the last step.
+    """
+
+    def __init__(
+        self,
+        total: int,
+        say: Callable[..., None],
+        every_fraction: int = LOG_EVERY_STEPS,
+        every_s: float = LOG_EVERY_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        start: int = 0,
+    ) -> None:
+        self.total, self.say, self.every_s, self.clock = total, say, every_s, clock
+        self.every_steps = max(1, total // every_fraction)
+        self.last_step, self.last_time = start, clock()  # a resumed run counts from where it resumed
+
+    def update(self, record: dict) -> None:
+        """Print `step 40/200  loss 5.123  3,210 tokens/s` if enough steps or seconds have passed."""
+        step, now = record["step"], self.clock()
+        due = step - self.last_step >= self.every_steps or now - self.last_time >= self.every_s
+        if not (due or step == self.total):
+            return
+        self.say(
+            f"step {step}/{self.total}  loss {record['loss']:.3f}  {record['tokens_per_s']:,.0f} tokens/s", flush=True
+        )
+        self.last_step, self.last_time = step, now
 
 
 def train(
@@ -489,6 +540,7 @@ def train(
         log = held.enter_context(run.open_log(result.history)) if run and rank == 0 else None
         show_bar = _progress_enabled(cfg) and rank == 0
         bar = held.enter_context(tqdm(total=cfg.steps, initial=start, disable=not show_bar, desc="train"))
+        step_log = StepLog(cfg.steps, say, start=start) if not show_bar else None  # say: verbose, rank 0 only
         model.train()
         with StopSignals() as stop_signal:  # Ctrl-C / SIGTERM: finish this step, save, stop
             for step in range(start, cfg.steps):
@@ -511,6 +563,8 @@ def train(
                     log.flush()
                 bar.update(1)
                 bar.set_postfix(loss=f"{record['loss']:.3f}")
+                if step_log:
+                    step_log.update(record)
                 stop = bool(on_step(record)) if on_step else False
                 result.interrupted = None if is_last else _stop_requested(stop_signal, world)
                 if is_last or stop or result.interrupted or (cfg.save_every and (step + 1) % cfg.save_every == 0):

@@ -4,6 +4,7 @@ import json
 import pytest
 import torch
 
+from minigpt import train as train_module
 from minigpt.cli import main
 from minigpt.model import GPT, IGNORE_INDEX, ModelConfig, get_config
 from minigpt.train import TrainConfig, build_step_state, forward_backward, lr_at, train, train_step
@@ -416,3 +417,68 @@ def test_compile_refuses_where_it_cannot_work(monkeypatch):
         train_module.check_compile(CPU)
     with pytest.raises(ValueError, match="mps"):
         train_module.check_compile(torch.device("mps"))
+
+
+class FakeClock:
+    """A time source the test moves by hand, so when a log line is due does not depend on the machine."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def step_lines(lines: list[str]) -> list[int]:
+    return [int(line.split()[1].split("/")[0]) for line in lines]
+
+
+def test_step_log_prints_every_tenth_of_the_run_and_the_last_step():
+    lines: list[str] = []
+    log = train_module.StepLog(25, lambda text, **_: lines.append(text), clock=FakeClock())
+    for step in range(1, 26):
+        log.update({"step": step, "loss": 5.1234, "tokens_per_s": 3210.4})
+    assert step_lines(lines) == [2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 25]
+    assert lines[0] == "step 2/25  loss 5.123  3,210 tokens/s"
+
+
+def test_step_log_prints_after_enough_seconds_even_between_step_groups():
+    lines: list[str] = []
+    clock = FakeClock()
+    log = train_module.StepLog(1000, lambda text, **_: lines.append(text), every_s=10.0, clock=clock)
+    for step in range(1, 6):
+        clock.now = 4.0 * step  # 4 s per step: due at 12 s (step 3) and again 12 s later
+        log.update({"step": step, "loss": 1.0, "tokens_per_s": 1.0})
+    assert step_lines(lines) == [3]
+
+
+@pytest.mark.parametrize(
+    ("forced", "tty", "kernel", "bar"),
+    [
+        (None, True, False, True),
+        (None, False, True, True),
+        (None, False, False, False),
+        (False, True, True, False),
+        (True, False, False, True),
+    ],
+)
+def test_the_bar_shows_in_a_terminal_or_a_notebook_unless_forced(monkeypatch, forced, tty, kernel, bar):
+    monkeypatch.setattr(train_module.sys.stderr, "isatty", lambda: tty, raising=False)
+    monkeypatch.setattr(train_module, "in_notebook_kernel", lambda: kernel)
+    assert train_module._progress_enabled(TrainConfig(progress=forced)) is bar
+
+
+def test_no_kernel_is_detected_outside_jupyter(monkeypatch):
+    monkeypatch.delitem(train_module.sys.modules, "ipykernel", raising=False)
+    assert not train_module.in_notebook_kernel()
+
+
+def test_without_a_bar_train_logs_steps_only_when_verbose(markov_data, monkeypatch, capsys):
+    monkeypatch.setattr(train_module, "_progress_enabled", lambda cfg: False)  # a pipe or CI
+    cfg = dict(preset="tiny", batch=2, ctx=16, steps=20, sample_tokens=0)
+    train(TrainConfig(verbose=False, **cfg), data=markov_data)
+    assert capsys.readouterr().out == ""
+    train(TrainConfig(verbose=True, **cfg), data=markov_data)
+    out = capsys.readouterr().out
+    assert [line.split()[1] for line in out.splitlines() if line.startswith("step ")][-1] == "20/20"
+    assert "loss" in out and "tokens/s" in out
