@@ -36,6 +36,7 @@ from minigpt.memory import estimate, measure
 from minigpt.model import get_config
 from minigpt.plan import relative_step_time
 from minigpt.recompute import CHECKPOINTING_MODES
+from minigpt.style import mode_color
 from minigpt.train import TrainConfig, build_step_state, train_step
 
 MAX_TIME = {"full": 1.40, "selective": 1.10}  # step time over no checkpointing
@@ -162,8 +163,11 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(9, 3.4))
     xs = range(len(plot))
     for ax, i, title in ((ax_t, 1, "step time / none"), (ax_m, 3, "saved activations / none")):
-        ax.bar([x - 0.2 for x in xs], [p[i] for p in plot], 0.4, label="measured")
-        ax.bar([x + 0.2 for x in xs], [p[i + 1] for p in plot], 0.4, label="theory")
+        colors = [mode_color(p[0]) for p in plot]  # the mode's colour; hatched: the theory
+        ax.bar([x - 0.2 for x in xs], [p[i] for p in plot], 0.4, label="measured", color=colors)
+        ax.bar(
+            [x + 0.2 for x in xs], [p[i + 1] for p in plot], 0.4, label="theory", color=colors, alpha=0.45, hatch="//"
+        )
         ax.set_xticks(list(xs), [p[0] for p in plot])
         ax.set_title(title)
     for mode, limit in MAX_TIME.items():

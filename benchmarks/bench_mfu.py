@@ -43,6 +43,7 @@ from minigpt.data import TokenData
 from minigpt.model import get_config
 from minigpt.plan import forward_flops_per_token
 from minigpt.precision import autocast_dtype, param_dtype
+from minigpt.style import precision_color
 from minigpt.train import TrainConfig
 
 # On a CPU, for 30m and 125m at ctx 256, in each precision the CPU runs natively (bf16 only with bf16
@@ -150,7 +151,8 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
                         f"{100 * mfus[compile][0]:.1f}",
                     ]
                 )
-                bars.append((f"{preset}\n{precision}{' comp.' if compile else ''}", 100 * mfus[compile][0]))
+                label = f"{preset}\n{precision}{' comp.' if compile else ''}"
+                bars.append((label, 100 * mfus[compile][0], precision_color(precision)))
                 print(rows[-1], file=sys.stderr, flush=True)
             # judged at minigpt.train's fastest setting (nanoGPT reports its MFU with torch.compile on)
             best = max(mfus, key=lambda c: mfus[c][0])
@@ -199,7 +201,7 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
     )
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.4))
-    ax.bar([b[0] for b in bars], [b[1] for b in bars], color="tab:blue")
+    ax.bar([b[0] for b in bars], [b[1] for b in bars], color=[b[2] for b in bars])
     for (precision, target), style in zip(TARGETS.items(), ("--", ":")):
         ax.axhline(100 * target, color="tab:red", linestyle=style, label=f"CPU target {precision} {target:.0%}")
     ax.set_ylabel("MFU % of measured matmul peak")

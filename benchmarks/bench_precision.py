@@ -32,6 +32,7 @@ from minigpt.device import device_info
 from minigpt.memory import estimate, measure
 from minigpt.model import get_config
 from minigpt.precision import PRECISIONS, PrecisionNotSupportedError, check_precision
+from minigpt.style import precision_color
 from minigpt.train import TrainConfig
 
 SIZES = {
@@ -166,7 +167,8 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(9, 3.4))
     measured = [(f"{d}\n{p}", r) for (d, p), r in results.items() if r is not None]
     labels = [m[0] for m in measured]
-    ax_t.bar(labels, [1000 * r["seconds"] for _, r in measured], color="tab:blue")
+    colors = [precision_color(p) for (_, p), r in results.items() if r is not None]
+    ax_t.bar(labels, [1000 * r["seconds"] for _, r in measured], color=colors)
     ax_t.set_ylabel("ms per step (median)")
     ax_t.set_title("Time per step")
     ax_m.bar(labels, [r["static"] / MIB for _, r in measured], label="static")

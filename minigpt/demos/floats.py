@@ -20,6 +20,7 @@ from minigpt.formats import (
     smallest_update_that_survives,
     update_is_lost,
 )
+from minigpt.style import precision_color
 
 
 def demo_formats(out: Path, quick: bool = False) -> list[Path]:
@@ -67,8 +68,8 @@ def demo_formats(out: Path, quick: bool = False) -> list[Path]:
     fig, ax = plt.subplots(figsize=(7, 3.2))
     for k, name in enumerate(trio):
         kept = [0 if update_is_lost(w, u, name) else 1 for u in grid]
-        ax.step(grid, np.array(kept) + 0.04 * k, where="post", label=name)
-        ax.axvline(smallest_update_that_survives(w, name), color=f"C{k}", linestyle=":", linewidth=1)
+        ax.step(grid, np.array(kept) + 0.04 * k, where="post", label=name, color=precision_color(name))
+        ax.axvline(smallest_update_that_survives(w, name), color=precision_color(name), linestyle=":", linewidth=1)
     ax.set_xscale("log")
     ax.set_yticks([0, 1], ["lost", "kept"])
     ax.set_xlabel(f"update added to w = {w}")

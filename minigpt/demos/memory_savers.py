@@ -27,6 +27,7 @@ from minigpt.memory import estimate, measure
 from minigpt.model import GPT, IGNORE_INDEX, get_config
 from minigpt.plan import relative_step_time
 from minigpt.recompute import CHECKPOINTING_MODES, sqrt_segments
+from minigpt.style import mode_color
 from minigpt.train import forward_backward
 
 # ----------------------------------------------------------------------------------------------------------
@@ -146,11 +147,13 @@ def demo_checkpointing(out: Path, quick: bool = False) -> list[Path]:
     plt = pyplot()
     fig, (ax_m, ax_t) = plt.subplots(1, 2, figsize=(9, 3.4))
     xs = np.arange(len(CHECKPOINTING_MODES))
-    ax_m.bar(xs - 0.2, [pred[m] / MIB for m in CHECKPOINTING_MODES], 0.4, label="predicted")
-    ax_m.bar(xs + 0.2, [kept[m] / MIB for m in CHECKPOINTING_MODES], 0.4, label="measured")
+    colors = [mode_color(m) for m in CHECKPOINTING_MODES]  # the mode's colour; hatched: the prediction
+    hatched = dict(color=colors, alpha=0.45, hatch="//", edgecolor="white")
+    ax_m.bar(xs - 0.2, [pred[m] / MIB for m in CHECKPOINTING_MODES], 0.4, label="predicted", **hatched)
+    ax_m.bar(xs + 0.2, [kept[m] / MIB for m in CHECKPOINTING_MODES], 0.4, label="measured", color=colors)
     ax_m.set_ylabel("activations kept for backward, MiB")
-    ax_t.bar(xs - 0.2, [theory[m] for m in CHECKPOINTING_MODES], 0.4, label="FLOP model")
-    ax_t.bar(xs + 0.2, [measured_time[m] for m in CHECKPOINTING_MODES], 0.4, label="measured")
+    ax_t.bar(xs - 0.2, [theory[m] for m in CHECKPOINTING_MODES], 0.4, label="FLOP model", **hatched)
+    ax_t.bar(xs + 0.2, [measured_time[m] for m in CHECKPOINTING_MODES], 0.4, label="measured", color=colors)
     ax_t.set_ylabel("step time / no checkpointing")
     for ax, title in ((ax_m, "Memory"), (ax_t, "Time")):
         ax.set_xticks(xs, CHECKPOINTING_MODES)

@@ -30,6 +30,7 @@ from minigpt.formats import format_rows, round_trip, short_name
 from minigpt.memory import measure
 from minigpt.model import GPT, get_config
 from minigpt.precision import param_dtype, probe_precision, static_bytes_per_param
+from minigpt.style import precision_color
 from minigpt.train import forward_backward
 
 
@@ -97,8 +98,8 @@ def demo_autocast(out: Path, quick: bool = False) -> list[Path]:
     fig, (ax, ax_gap) = plt.subplots(1, 2, figsize=(9, 3.4))
     for p, r in runs.items():
         steps = range(1, len(r.losses) + 1)
-        ax.plot(steps, r.losses, label=p)
-        ax_gap.plot(steps, [a - b for a, b in zip(r.losses, base)], label=p)
+        ax.plot(steps, r.losses, label=p, color=precision_color(p))
+        ax_gap.plot(steps, [a - b for a, b in zip(r.losses, base)], label=p, color=precision_color(p))
     ax.set_xlabel("step")
     ax.set_ylabel("train loss")
     ax.set_title(f"{t.preset}: train loss, same seed and batches")
@@ -110,7 +111,7 @@ def demo_autocast(out: Path, quick: bool = False) -> list[Path]:
     ax_gap.legend()
     figures = [save_figure(fig, out, "autocast_loss.png")]
     fig, ax = plt.subplots(figsize=(5, 3.4))
-    ax.bar(precisions, [saved[p] / MIB for p in precisions], color=["tab:blue", "tab:orange", "tab:green"])
+    ax.bar(precisions, [saved[p] / MIB for p in precisions], color=[precision_color(p) for p in precisions])
     ax.set_ylabel("activations kept for backward, MiB")
     ax.set_title(f"{s.preset}, batch {s.batch}, ctx {s.ctx} (measured)")
     figures.append(save_figure(fig, out, "autocast_memory.png"))
@@ -194,7 +195,8 @@ def demo_scaler(out: Path, quick: bool = False) -> list[Path]:
     figures = [save_figure(fig, out, "scaler_histogram.png")]
     fig, ax = plt.subplots(figsize=(6, 3.4))
     for p, r in runs.items():
-        ax.plot([h["step"] for h in r.history], r.losses, label=p + (" + GradScaler" if p == "fp16" else ""))
+        label = p + (" + GradScaler" if p == "fp16" else "")
+        ax.plot([h["step"] for h in r.history], r.losses, label=label, color=precision_color(p))
     ax.set_xlabel("step")
     ax.set_ylabel("train loss")
     ax.set_title("fp16 with loss scaling trains like fp32")
