@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import datetime
 import functools
 import importlib.metadata
 import inspect
@@ -245,6 +246,27 @@ def torch_build() -> str:
     if torch.version.hip is not None:
         return f"{torch.__version__} (ROCm {torch.version.hip})"
     return f"{torch.__version__} (CPU-only build)"
+
+
+def executed_on(info: DeviceInfo | None = None, date: datetime.date | None = None) -> str:
+    """One line naming the machine a notebook's outputs come from: device, its bf16/fp16 support, torch, date.
+
+    e.g. `Executed on Intel(R) Xeon(R) Processor (2 threads; bf16 native: amx_bf16, avx512_bf16; fp16
+    autocast: yes), torch 2.13.0+cpu, 2026-11-24`. `info` defaults to device_info() of the picked device.
+    """
+    info = info or device_info()
+    fp16 = f"fp16 autocast: {'yes' if info.supports_fp16_autocast else 'no'}"
+    if info.type == "cpu":
+        flags = cpu_bf16_hardware()
+        bf16 = f"bf16 native: {', '.join(flags)}" if flags else "bf16: emulated (no bf16 instructions)"
+        what = f"{torch.get_num_threads()} threads; {bf16}; {fp16}"
+    else:
+        bf16 = "bf16 native: yes" if info.bf16_is_fast else "bf16: no"
+        what = f"{bf16}; {fp16}"
+        if info.compute_capability:
+            what = f"sm_{info.compute_capability[0]}{info.compute_capability[1]}; {what}"
+    day = (date or datetime.date.today()).isoformat()
+    return f"Executed on {info.name} ({what}), torch {torch.__version__}, {day}"
 
 
 def doctor_rows() -> list[tuple[str, str]]:

@@ -1,3 +1,5 @@
+import datetime
+
 import pytest
 import torch
 
@@ -97,3 +99,28 @@ def test_doctor_rows():
 
 def test_missing_package_reads_not_installed():
     assert device_module.package_version("no-such-package-minigpt") == "not installed"
+
+
+def test_executed_on_names_the_cpu_its_16_bit_support_torch_and_the_date(monkeypatch):
+    monkeypatch.setattr(device_module, "cpu_bf16_hardware", lambda: ["amx_bf16", "avx512_bf16"])
+    monkeypatch.setattr(device_module.torch, "get_num_threads", lambda: 2)
+    cpu = DeviceInfo("cpu", "cpu", "Intel(R) Xeon(R) Processor", None, True, True, True)
+    line = device_module.executed_on(cpu, datetime.date(2026, 11, 24))
+    assert line == (
+        "Executed on Intel(R) Xeon(R) Processor (2 threads; bf16 native: amx_bf16, avx512_bf16; fp16 autocast: yes), "
+        f"torch {torch.__version__}, 2026-11-24"
+    )
+    monkeypatch.setattr(device_module, "cpu_bf16_hardware", lambda: [])
+    assert "bf16: emulated (no bf16 instructions)" in device_module.executed_on(cpu)
+
+
+def test_executed_on_a_simulated_t4_says_no_bf16():
+    t4 = DeviceInfo("cuda", "cuda:0", "Tesla T4", 15 * 2**30, False, False, True, compute_capability=(7, 5))
+    line = device_module.executed_on(t4, datetime.date(2026, 1, 2))
+    assert line.startswith("Executed on Tesla T4 (sm_75; bf16: no; fp16 autocast: yes), torch ")
+    assert line.endswith(", 2026-01-02")
+
+
+def test_executed_on_this_machine_is_one_line():
+    line = device_module.executed_on()
+    assert line.startswith("Executed on ") and "\n" not in line and "torch " in line
