@@ -219,6 +219,8 @@ def test_stop_signals_do_nothing_outside_the_main_thread():
     from minigpt.run_state import StopSignals
 
     seen = []
+    # whatever this process had (Python's default_int_handler, or SIG_IGN when started as a background job)
+    before = signal.getsignal(signal.SIGINT)
 
     def in_a_thread() -> None:
         with StopSignals() as stop:  # signal.signal would raise ValueError here
@@ -227,7 +229,7 @@ def test_stop_signals_do_nothing_outside_the_main_thread():
     thread = threading.Thread(target=in_a_thread)
     thread.start()
     thread.join()
-    assert seen == [(None, signal.default_int_handler)]
+    assert seen == [(None, before)]  # no handler installed from a thread
 
 
 def test_a_locked_folder_refuses_a_second_run_and_cleans_up(tmp_path):
