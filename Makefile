@@ -40,7 +40,8 @@ test: setup lint
 	OMP_NUM_THREADS=1 $(PY) -m pytest --nbval chapters/ solutions/ -q -p no:cacheprovider
 
 # Chapters are written as MyST markdown (chapters/NN_name.md); this runs each one in a fresh kernel and stores
-# the outputs in its .ipynb. Edit the .md, never the .ipynb's cells: tests/test_chapters.py checks they agree.
+# the outputs in its .ipynb, then runs every solution notebook the same way (about 2 min on 2 cores).
+# Edit the .md, never the .ipynb's cells: tests/test_chapters.py checks they agree.
 chapters: setup
 	$(PY) scripts/make_chapters.py
 

@@ -259,7 +259,8 @@ def executed_on(info: DeviceInfo | None = None, date: datetime.date | None = Non
     if info.type == "cpu":
         flags = cpu_bf16_hardware()
         bf16 = f"bf16 native: {', '.join(flags)}" if flags else "bf16: emulated (no bf16 instructions)"
-        what = f"{torch.get_num_threads()} threads; {bf16}; {fp16}"
+        threads = torch.get_num_threads()
+        what = f"{threads} thread{'s' if threads != 1 else ''}; {bf16}; {fp16}"
     else:
         bf16 = "bf16 native: yes" if info.bf16_is_fast else "bf16: no"
         what = f"{bf16}; {fp16}"

@@ -112,6 +112,8 @@ def test_executed_on_names_the_cpu_its_16_bit_support_torch_and_the_date(monkeyp
     )
     monkeypatch.setattr(device_module, "cpu_bf16_hardware", lambda: [])
     assert "bf16: emulated (no bf16 instructions)" in device_module.executed_on(cpu)
+    monkeypatch.setattr(device_module.torch, "get_num_threads", lambda: 1)  # make chapters runs one thread
+    assert "(1 thread; " in device_module.executed_on(cpu)
 
 
 def test_executed_on_a_simulated_t4_says_no_bf16():
