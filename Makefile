@@ -22,7 +22,7 @@ demo: setup
 	$(VENV)/bin/minigpt demo all
 
 # benchmarks/RESULTS.md and PNG plots: 42 min on a 2-core CPU that emulates bf16 (the memory grid takes 24 of
-# them), 14 min on a 2-core Xeon with AMX. Run it on a quiet machine.
+# them), 13 min on a 2-core Xeon with AMX. Run it on a quiet machine.
 bench: setup
 	$(PY) -m benchmarks.run_all
 
