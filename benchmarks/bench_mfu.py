@@ -17,6 +17,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -167,7 +168,7 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
                     )
                 )
                 if mfu < target and not quick:
-                    cfg = TrainConfig(preset=preset, precision=precision, batch=batch, ctx=ctx, device=str(device))
+                    cfg = replace(cfg, compile=False)
                     title = f"{preset} {precision} (best MFU {mfu:.1%}, {setting}; the profile is of the eager step)"
                     profiles.append(profile_markdown(title, step_profile(cfg, data)))
 

@@ -127,6 +127,11 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+# Where torch (>= 2.4) has a fused AdamW kernel: an update with no temporary tensors. minigpt.memory's estimate
+# relies on this list; fused_adamw_supported confirms it on the torch actually installed.
+FUSED_ADAMW_DEVICES = ("cpu", "cuda")
+
+
 @functools.cache
 def fused_adamw_supported(device_type: str) -> bool:
     """Whether this torch has a fused AdamW kernel for the device type (CUDA, and the CPU since torch 2.4)."""

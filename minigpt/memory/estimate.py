@@ -22,6 +22,7 @@ import torch
 from minigpt.model import ModelConfig, count_params
 from minigpt.precision import autocast_dtype, normalize_precision, static_bytes_per_param
 from minigpt.recompute import CHECKPOINTING_MODES, sqrt_segments
+from minigpt.train import FUSED_ADAMW_DEVICES
 
 # ----------------------------------------------------------------------------------------------------------
 # 1. The breakdown
@@ -328,9 +329,6 @@ def _block_activations(cfg: ModelConfig, batch: int, ctx: int, w: _Widths, devic
 #
 # Sizes below: N = batch x ctx tokens, C = n_embd, H = mlp_hidden, V = vocab_size, L = n_layer.
 
-
-# Where train.make_optimizer finds a fused AdamW kernel (torch >= 2.4): an update with no temporary tensors.
-FUSED_ADAMW_DEVICES = ("cpu", "cuda")
 
 # cuBLAS takes a workspace through PyTorch's allocator for each thread that runs matmuls: the training
 # loop's thread and autograd's backward thread. Measured on an H100 (torch 2.11): 32 MiB each, which is
