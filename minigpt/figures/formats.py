@@ -1,0 +1,3 @@
+"""Figures of the chapters on formats."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""Figures of the chapters on memory anatomy."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""Figures of the chapters on memory savers."""
+
+from __future__ import annotations
