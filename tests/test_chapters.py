@@ -26,3 +26,20 @@ def test_an_edit_to_the_text_alone_is_caught(tmp_path):
     edited = tmp_path / source.name
     edited.write_text(source.read_text(encoding="utf-8").replace("# Chapter 1", "# Chapter One", 1), encoding="utf-8")
     assert "differ" in make_chapters.out_of_sync(edited, notebook)
+
+
+MAX_CELL_LINES = 15  # a cell shows one idea; longer drawing or setup code belongs in minigpt/figures or the package
+
+
+@pytest.mark.parametrize("source, notebook", make_chapters.pairs(), ids=lambda p: p.stem)
+def test_every_code_cell_fits_on_a_screen(source, notebook):
+    import json
+
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    too_long = {
+        i: n
+        for i, cell in enumerate(cells)
+        if cell["cell_type"] == "code"
+        and (n := sum(bool(line.strip()) for line in "".join(cell["source"]).splitlines())) > MAX_CELL_LINES
+    }
+    assert not too_long, f"{notebook.name}: code cells longer than {MAX_CELL_LINES} non-blank lines: {too_long}"
