@@ -1122,6 +1122,83 @@ MISTAKES = {
         "test_out_of_memory_means_does_not_fit",
         ("    return not out_of_memory\n", "    if out_of_memory:\n        return False\n"),
     ),
+    # --- 8.1 per_rank_state_bytes
+    "sharded state not divided by world": Mistake(
+        "8.1",
+        "per_rank_state_bytes",
+        "test_per_rank_bytes_of_each_mode",
+        ("    per_shard = math.ceil(n_params / world)", "    per_shard = n_params"),
+    ),
+    "shard rounded down": Mistake(
+        "8.1",
+        "per_rank_state_bytes",
+        "test_per_rank_bytes_round_the_shard_up",
+        ("    per_shard = math.ceil(n_params / world)", "    per_shard = n_params // world"),
+    ),
+    "zero1 shards the gradients too": Mistake(
+        "8.1",
+        "per_rank_state_bytes",
+        "test_per_rank_bytes_of_each_mode",
+        ('    "zero1": ("optimizer",),', '    "zero1": ("optimizer", "gradients"),'),
+    ),
+    "fsdp keeps the weights whole": Mistake(
+        "8.1",
+        "per_rank_state_bytes",
+        "test_per_rank_bytes_of_each_mode",
+        ('    "fsdp": ("optimizer", "gradients", "weights"),', '    "fsdp": ("optimizer", "gradients"),'),
+    ),
+    # --- 8.2 flat_shard_range
+    "shard size rounded down": Mistake(
+        "8.2",
+        "flat_shard_range",
+        "test_shards_cover_the_tensor_once",
+        ("    shard_size = math.ceil(numel / world)\n    start", "    shard_size = numel // world\n    start"),
+    ),
+    "end not clipped to the tensor": Mistake(
+        "8.2",
+        "flat_shard_range",
+        "test_shards_cover_the_tensor_once",
+        ("    end = min(start + shard_size, numel)", "    end = start + shard_size"),
+    ),
+    "start not clipped to the tensor": Mistake(
+        "8.2",
+        "flat_shard_range",
+        "test_shards_cover_the_tensor_once",
+        ("    start = min(rank * shard_size, numel)", "    start = rank * shard_size"),
+    ),
+    "padding forgotten": Mistake(
+        "8.2",
+        "flat_shard_range",
+        "test_shards_cover_the_tensor_once",
+        ("    return start, end, shard_size - (end - start)", "    return start, end, 0"),
+    ),
+    # --- 8.3 average_gradients
+    "summed instead of averaged": Mistake(
+        "8.3",
+        "average_gradients",
+        "test_averaged_gradients_equal_one_process_on_the_whole_batch",
+        ("            p.grad /= world\n", ""),
+    ),
+    "all-reduce of a copy": Mistake(
+        "8.3",
+        "average_gradients",
+        "test_averaged_gradients_equal_one_process_on_the_whole_batch",
+        (
+            "            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)",
+            "            dist.all_reduce(p.grad.clone(), op=dist.ReduceOp.SUM)",
+        ),
+    ),
+    "rank 0's gradient broadcast": Mistake(
+        "8.3",
+        "average_gradients",
+        "test_averaged_gradients_equal_one_process_on_the_whole_batch",
+        """
+        def average_gradients(model):
+            for p in model.parameters():
+                if p.grad is not None:
+                    dist.broadcast(p.grad, src=0)  # every rank gets rank 0's gradient, not the mean
+        """,
+    ),
 }
 
 

@@ -1,0 +1,198 @@
+"""Grades chapter 8: per-rank bytes under each shard mode, the flat shard a rank owns, and averaging
+gradients across processes (run in 2 real gloo processes on the CPU).
+"""
+
+import functools
+import importlib.util
+import math
+import traceback
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from minigpt.distributed import spawn_on_cpu
+
+CHAPTER = "ch08_sharding"
+HINTS = {  # the hints of solutions/ch08_sharding.py, shown under a wrong answer
+    "8.1": "a split state holds ceil(n_params / world) parameters' worth; the others all of them",
+    "8.2": "shard_size = ceil(numel / world); clip both ends to numel; padding fills up to shard_size",
+    "8.3": "all_reduce (a sum, in place) each p.grad, then divide it by dist.get_world_size()",
+}
+STATES = ("weights", "gradients", "optimizer")
+MIXED = {"weights": 4, "gradients": 4, "optimizer": 8}  # fp32 weights and grads, AdamW's m and v
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 8.1 per_rank_state_bytes
+
+
+@pytest.mark.exercise("8.1", points=3)
+def test_per_rank_bytes_of_each_mode(answers):
+    n, world = 1_000_000, 4  # divides evenly: no padding
+    expected = {
+        "none": {"weights": 4 * n, "gradients": 4 * n, "optimizer": 8 * n},
+        "zero1": {"weights": 4 * n, "gradients": 4 * n, "optimizer": 8 * n // world},
+        "zero2": {"weights": 4 * n, "gradients": 4 * n // world, "optimizer": 8 * n // world},
+        "fsdp": {"weights": 4 * n // world, "gradients": 4 * n // world, "optimizer": 8 * n // world},
+    }
+    for shard, want in expected.items():
+        got = answers.per_rank_state_bytes(n, MIXED, shard, world)
+        assert set(got) == set(STATES), f"return a dict with the keys {STATES}, got {sorted(got)}"
+        for state in STATES:
+            assert got[state] == want[state], (
+                f"{shard} on {world} processes, {n:,} parameters: each rank holds {want[state]:,} bytes of "
+                f"{state}, your answer says {got[state]:,} (only the states {shard} splits are divided by {world})"
+            )
+    one = answers.per_rank_state_bytes(n, MIXED, "fsdp", 1)
+    assert one == expected["none"], f"one process holds everything whatever the mode: expected {expected['none']}"
+
+
+@pytest.mark.exercise("8.1", points=1)
+def test_per_rank_bytes_round_the_shard_up(answers):
+    # 10 parameters over 4 ranks: shards of ceil(10 / 4) = 3 (the last padded), not 10 / 4 = 2.5 or 2
+    got = answers.per_rank_state_bytes(10, {"weights": 2, "gradients": 2, "optimizer": 12}, "fsdp", 4)
+    assert got == {"weights": 6, "gradients": 6, "optimizer": 36}, (
+        f"10 parameters on 4 ranks: every rank holds a padded shard of ceil(10 / 4) = 3 parameters, so "
+        f"6 / 6 / 36 bytes; got {got} (round the shard up, then multiply by the bytes per parameter)"
+    )
+    assert all(isinstance(v, int) for v in got.values()), f"bytes are whole numbers: return ints, got {got}"
+    with pytest.raises(ValueError):
+        answers.per_rank_state_bytes(10, MIXED, "zero4", 2)
+        pytest.fail("per_rank_state_bytes(..., shard='zero4', ...) returned: raise ValueError for an unknown mode")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 8.2 flat_shard_range
+
+
+def _ranges(answers, numel, world):
+    return [tuple(answers.flat_shard_range(numel, rank, world)) for rank in range(world)]
+
+
+@pytest.mark.exercise("8.2", points=3)
+def test_shards_cover_the_tensor_once(answers):
+    for numel, world in ((12, 4), (10, 4), (7, 2), (1000, 3), (5, 4), (3, 8)):
+        ranges = _ranges(answers, numel, world)
+        size = math.ceil(numel / world)
+        owners = [0] * numel
+        for rank, (start, end, padding) in enumerate(ranges):
+            assert 0 <= start <= end <= numel, (
+                f"numel={numel}, world={world}: rank {rank} got [{start}, {end}), which is not a slice of the "
+                f"tensor (0 <= start <= end <= {numel})"
+            )
+            assert (end - start) + padding == size, (
+                f"numel={numel}, world={world}: every rank holds ceil({numel} / {world}) = {size} elements; "
+                f"rank {rank} holds {end - start} + {padding} padding"
+            )
+            for i in range(start, end):
+                owners[i] += 1
+        lost = [i for i, n in enumerate(owners) if n != 1]
+        assert not lost, (
+            f"numel={numel}, world={world}: elements {lost[:5]} belong to {[owners[i] for i in lost[:5]]} "
+            f"ranks each, not exactly one; your ranges: {ranges}"
+        )
+
+
+@pytest.mark.exercise("8.2", points=1)
+def test_shard_range_examples(answers):
+    want = {
+        (10, 4): [(0, 3, 0), (3, 6, 0), (6, 9, 0), (9, 10, 2)],  # the last shard is padded
+        (5, 4): [(0, 2, 0), (2, 4, 0), (4, 5, 1), (5, 5, 2)],  # the last rank holds only padding
+    }
+    for (numel, world), expected in want.items():
+        got = _ranges(answers, numel, world)
+        assert got == expected, f"numel={numel}, world={world}: expected {expected}, got {got}"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 8.3 average_gradients, in 2 real processes
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    model.unused = torch.nn.Parameter(torch.ones(2))  # never in the loss: its grad stays None
+    return model
+
+
+def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(8, 8, generator=g), torch.randint(0, 3, (8,), generator=g)
+
+
+def _rank_worker(answers_path: str) -> dict:
+    """In each gloo process: the gradients of this rank's half of the batch, after average_gradients.
+
+    An error is returned (as text), not raised, so that the grader can tell "not done" from a bug.
+    """
+    dist.init_process_group("gloo")
+    try:
+        spec = importlib.util.spec_from_file_location("answers_ch08_sharding", answers_path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        model, (x, y) = _model(), _batch()
+        rank, world = dist.get_rank(), dist.get_world_size()
+        mine = slice(rank * len(x) // world, (rank + 1) * len(x) // world)
+        torch.nn.functional.cross_entropy(model(x[mine]), y[mine]).backward()
+        local = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        module.average_gradients(model)
+        grads = {name: None if p.grad is None else p.grad.clone() for name, p in model.named_parameters()}
+        return {"local": local, "grads": grads}
+    except Exception as error:  # noqa: BLE001 - reported to the parent, which raises it there
+        return {"error": type(error).__name__, "message": str(error), "traceback": traceback.format_exc()}
+    finally:
+        dist.destroy_process_group()
+
+
+@functools.cache
+def _two_ranks(answers_path: str) -> list[dict]:
+    """Both ranks' results (run once per answers file); a rank's error raised here, in the grader."""
+    ranks = spawn_on_cpu(_rank_worker, (answers_path,), world=2)
+    for rank, result in enumerate(ranks):
+        if "error" in result:
+            if result["error"] == "NotImplementedError":
+                raise NotImplementedError(result["message"])
+            raise AssertionError(
+                f"average_gradients raised {result['error']} on rank {rank}: {result['message']}\n"
+                + result["traceback"].strip().splitlines()[-3]
+            )
+    return ranks
+
+
+def _one_process_grads() -> dict:
+    model, (x, y) = _model(), _batch()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    return {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.exercise("8.3", points=3)
+def test_averaged_gradients_equal_one_process_on_the_whole_batch(answers):
+    ranks, reference = _two_ranks(answers.__file__), _one_process_grads()
+    for rank, result in enumerate(ranks):
+        for name, want in reference.items():
+            got = result["grads"][name]
+            # Equal halves: the mean of the two half-batch means is the whole batch's mean. Only the order of
+            # the fp32 sums differs, ~1e-7 of values near 0.1; 1e-5 leaves room and still tells a sum (2x),
+            # one rank's gradient or an unchanged gradient apart, which differ by 1e-2 or more here.
+            assert torch.allclose(got, want, rtol=1e-4, atol=1e-5), (
+                f"rank {rank}, {name}: after average_gradients the gradient should equal one process's on the "
+                f"whole batch (the mean of the ranks' gradients); it is off by {(got - want).abs().max():.3g} "
+                f"(ratio of norms {got.norm() / want.norm():.3f})"
+            )
+
+
+@pytest.mark.exercise("8.3", points=1)
+def test_every_rank_ends_with_the_same_gradients(answers):
+    ranks = _two_ranks(answers.__file__)
+    for name, grad in ranks[0]["grads"].items():
+        other = ranks[1]["grads"][name]
+        if grad is None or other is None:
+            assert grad is None and other is None, f"{name}: a parameter without a gradient keeps grad None"
+            continue
+        assert torch.equal(grad, other), (
+            f"{name}: ranks 0 and 1 end with different gradients (max difference "
+            f"{(grad - other).abs().max():.3g}): the optimizer would then move their copies apart"
+        )
+    changed = any(not torch.equal(ranks[0]["local"][n], g) for n, g in ranks[0]["grads"].items() if g is not None)
+    assert changed, "rank 0's gradients are the ones its own half of the batch gave: nothing was averaged"

@@ -1,0 +1,79 @@
+"""Chapter 8 exercises: what each process holds when the training state is sharded, which slice it owns,
+and averaging gradients across processes by hand.
+
+Each function is one exercise; its docstring states the task.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+
+# Which of the three training states each mode splits across the processes. ZeRO stage 2 is not a mode of
+# `minigpt train`, but DeepSpeed has it and FSDP's SHARD_GRAD_OP strategy is close to it.
+SHARDED_STATES = {
+    "none": (),  # data parallelism (DDP): every process holds everything
+    "zero1": ("optimizer",),  # ZeRO stage 1
+    "zero2": ("optimizer", "gradients"),  # ZeRO stage 2
+    "fsdp": ("optimizer", "gradients", "weights"),  # ZeRO stage 3
+}
+
+
+def per_rank_state_bytes(n_params: int, bytes_per_param: dict[str, float], shard: str, world: int) -> dict[str, int]:
+    """Exercise 8.1: the bytes of weights, gradients and optimizer state that ONE process holds.
+
+    bytes_per_param gives the bytes of each state per parameter, e.g. {"weights": 4, "gradients": 4,
+    "optimizer": 8} for fp32 weights with AdamW. SHARDED_STATES says which states `shard` splits across
+    the `world` processes. A split state is cut into `world` equal flat shards, padded at the end so that
+    every process holds the same number of elements: ceil(n_params / world) parameters' worth, on EVERY
+    rank (the last one holds padding). A state that is not split is whole on every process.
+    Return {"weights": ..., "gradients": ..., "optimizer": ...} as whole numbers of bytes (int).
+    Raise ValueError for a mode not in SHARDED_STATES or a world smaller than 1.
+    """
+    # BEGIN SOLUTION 8.1: a split state holds ceil(n_params / world) parameters' worth; the others all of them
+    if shard not in SHARDED_STATES:
+        raise ValueError(f"unknown shard mode {shard!r}; choose one of: {', '.join(SHARDED_STATES)}")
+    if world < 1:
+        raise ValueError(f"world must be at least 1 process, got {world}")
+    per_shard = math.ceil(n_params / world)  # rounded up: the padded shard every rank holds
+    return {
+        state: round((per_shard if state in SHARDED_STATES[shard] else n_params) * bytes_per_param[state])
+        for state in ("weights", "gradients", "optimizer")
+    }
+    # END SOLUTION
+
+
+def flat_shard_range(numel: int, rank: int, world: int) -> tuple[int, int, int]:
+    """Exercise 8.2: the slice [start, end) of a flat tensor of `numel` elements that `rank` owns, and its padding.
+
+    The tensor is split into `world` shards of the same size, shard_size = ceil(numel / world), in rank
+    order: rank r owns the elements r * shard_size up to (r + 1) * shard_size, clipped to the tensor. The
+    shards past the end are filled up with padding so that every rank holds shard_size elements (the
+    collectives need equal sizes). Return (start, end, padding) with 0 <= start <= end <= numel and
+    (end - start) + padding == shard_size. Every element belongs to exactly one rank.
+    """
+    # BEGIN SOLUTION 8.2: shard_size = ceil(numel / world); clip both ends to numel; padding fills up to shard_size
+    shard_size = math.ceil(numel / world)
+    start = min(rank * shard_size, numel)
+    end = min(start + shard_size, numel)
+    return start, end, shard_size - (end - start)
+    # END SOLUTION
+
+
+def average_gradients(model: torch.nn.Module) -> None:
+    """Exercise 8.3: after backward on every process, make each gradient the mean over the processes.
+
+    This is what DistributedDataParallel does for you (while backward runs, bucket by bucket). Each
+    process computed the gradients of its own slice of the batch; replace every p.grad, in place, by the
+    average of that gradient over all dist.get_world_size() processes, with torch.distributed.all_reduce.
+    gloo (the CPU backend) has no ReduceOp.AVG: sum, then divide. Skip parameters without a gradient.
+    """
+    # BEGIN SOLUTION 8.3: all_reduce (a sum, in place) each p.grad, then divide it by dist.get_world_size()
+    world = dist.get_world_size()
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)  # in place: every rank now holds the sum
+            p.grad /= world
+    # END SOLUTION
