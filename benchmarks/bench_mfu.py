@@ -170,7 +170,22 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
                 if mfu < target and not quick:
                     cfg = replace(cfg, compile=False)
                     title = f"{preset} {precision} (best MFU {mfu:.1%}, {setting}; the profile is of the eager step)"
-                    profiles.append(profile_markdown(title, step_profile(cfg, data)))
+                    profile = step_profile(cfg, data)
+                    # The ceiling: the step's FLOPs over the time of its matmuls and attention alone, as if every
+                    # other op took no time. Below the target, no amount of trimming elementwise work reaches it.
+                    step_flop = batch * ctx * flops_per_token(preset, ctx)
+                    ceiling = step_flop / (profile["matmul_ms"] / 1e3) / peaks[precision]["flops"]
+                    ceiling_text = (
+                        f"Its matmuls and attention alone took {profile['matmul_ms']:,.0f} ms per step: even if "
+                        f"every other op took no time, the step would reach {ceiling:.0%} of the {precision} peak"
+                        + (
+                            f", below the {target:.0%} target: the model's matmul shapes and its attention run "
+                            f"slower than the square {peaks[precision]['size']}^2 matmul the peak was measured on."
+                            if ceiling < target
+                            else f", above the {target:.0%} target: the time outside matmuls is what misses it."
+                        )
+                    )
+                    profiles.append(profile_markdown(title, profile, ceiling_text))
 
     body = "\n\n".join(
         [

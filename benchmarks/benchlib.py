@@ -185,7 +185,8 @@ def step_profile(cfg: TrainConfig, data: TokenData, steps: int = 2, top: int = 8
     """Where the time of `steps` train() steps goes (after one untimed step), by op, from torch.profiler.
 
     Returns {"top": [(op, self ms per step, % of the total)], "outside_matmuls": % of self time spent in
-    ops that are not matmuls or attention}. A missed speed target points here: what ran instead of matmuls.
+    ops that are not matmuls or attention, "matmul_ms": self ms per step in matmuls and attention}. A missed
+    speed target points here: what ran instead of matmuls, and how fast the matmuls themselves ran.
     """
     from torch.profiler import ProfilerActivity, profile
 
@@ -211,16 +212,18 @@ def step_profile(cfg: TrainConfig, data: TokenData, steps: int = 2, top: int = 8
     return {
         "top": [(e.key, e.self_cpu_time_total / 1e3 / steps, 100 * e.self_cpu_time_total / total) for e in ranked],
         "outside_matmuls": 100 * (1 - matmul / total),
+        "matmul_ms": matmul / 1e3 / steps,
     }
 
 
-def profile_markdown(title: str, profile: dict) -> str:
-    """A step_profile as a sentence and a table, for RESULTS.md."""
+def profile_markdown(title: str, profile: dict, ceiling: str = "") -> str:
+    """A step_profile as a sentence and a table, for RESULTS.md; `ceiling` adds a sentence after the first."""
     rows = [[op, f"{ms:,.1f}", f"{share:.1f}"] for op, ms, share in profile["top"]]
     return "\n\n".join(
         [
             f"{title}: {profile['outside_matmuls']:.0f}% of the step's self time is outside matmuls and attention. "
-            "Top ops by self time (torch.profiler):",
+            + (ceiling + " " if ceiling else "")
+            + "Top ops by self time (torch.profiler):",
             table(rows, ["op", "self ms per step", "% of step"]),
         ]
     )
