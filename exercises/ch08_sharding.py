@@ -69,3 +69,42 @@ def average_gradients(model: torch.nn.Module) -> None:
         "Exercise 8.3: all_reduce (a sum, in place) each p.grad, then divide it by dist.get_world_size()"
         " - see chapters/08_sharding.ipynb"
     )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Not an exercise: the notebook's experiment, here so that other processes can import it.
+
+
+def data_parallel_by_hand(steps: int = 3, batch: int = 8) -> list[float]:
+    """A few training steps of data parallelism built from average_gradients; the loss of each step.
+
+    Started in N processes by minigpt.distributed.spawn_on_cpu, every rank builds the same model, takes its
+    1/N of each batch, averages the gradients with average_gradients and steps AdamW. In one process (no
+    process group) it trains on the whole batch: the losses should be the same.
+    """
+    from minigpt.distributed import setup, teardown
+    from minigpt.model import GPT, ModelConfig
+
+    rank, world = setup()  # joins the process group spawn_on_cpu describes; (0, 1) in a single process
+    try:
+        cfg = ModelConfig(n_layer=2, n_head=2, n_embd=32, ctx=16, vocab_size=64)
+        model = GPT(cfg, seed=0)  # the same initial weights on every rank
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        tokens = torch.randint(0, cfg.vocab_size, (steps, batch, cfg.ctx + 1), generator=torch.Generator().manual_seed(0))
+        mine = slice(rank * batch // world, (rank + 1) * batch // world)  # this rank's slice of every batch
+        losses = []
+        for step in range(steps):
+            x, y = tokens[step, mine, :-1], tokens[step, mine, 1:]
+            _, loss = model(x, y)
+            loss.backward()
+            if world > 1:
+                average_gradients(model)
+                loss = loss.detach().clone()
+                dist.all_reduce(loss)  # the whole batch's loss: the mean of the ranks' equal-sized halves
+                loss /= world
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+        return losses
+    finally:
+        teardown()
