@@ -98,7 +98,8 @@ def data_parallel_by_hand(steps: int = 3, batch: int = 8) -> list[float]:
         cfg = ModelConfig(n_layer=2, n_head=2, n_embd=32, ctx=16, vocab_size=64)
         model = GPT(cfg, seed=0)  # the same initial weights on every rank
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-        tokens = torch.randint(0, cfg.vocab_size, (steps, batch, cfg.ctx + 1), generator=torch.Generator().manual_seed(0))
+        generator = torch.Generator().manual_seed(0)  # the same batches on every rank
+        tokens = torch.randint(0, cfg.vocab_size, (steps, batch, cfg.ctx + 1), generator=generator)
         mine = slice(rank * batch // world, (rank + 1) * batch // world)  # this rank's slice of every batch
         losses = []
         for step in range(steps):
