@@ -62,8 +62,9 @@ def average_gradients(model: torch.nn.Module) -> None:
 
     This is what DistributedDataParallel does for you (while backward runs, bucket by bucket). Each
     process computed the gradients of its own slice of the batch; replace every p.grad, in place, by the
-    average of that gradient over all dist.get_world_size() processes, with torch.distributed.all_reduce.
-    gloo (the CPU backend) has no ReduceOp.AVG: sum, then divide. Skip parameters without a gradient.
+    average of that gradient over all dist.get_world_size() processes, with torch.distributed.all_reduce
+    (it sums by default and writes the result into the tensor it is given: then divide by the number of
+    processes). Skip parameters without a gradient.
     """
     raise NotImplementedError(
         "Exercise 8.3: all_reduce (a sum, in place) each p.grad, then divide it by dist.get_world_size()"
