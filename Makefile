@@ -8,7 +8,7 @@ TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lab lint format badges bench slides chapters grade clean
+.PHONY: setup demo test lab lint format badges bench slides chromium chapters grade clean
 
 setup: $(STAMP)
 
@@ -26,9 +26,20 @@ demo: setup
 bench: setup
 	$(PY) -m benchmarks.run_all
 
-# every chapter as a reveal.js deck in slides/ (not committed)
+# Every chapter as a reveal.js deck in slides/ (not committed), with the scripts, styles and fonts it loads
+# copied from vendor/slides/: the folder presents from a USB stick, offline. slides/index.html lists the decks
+# and the lecture demos with their runtimes, timed here (DEMOS=quick: their tiny test sizes; DEMOS=none: untimed).
 slides: setup
-	$(VENV)/bin/jupyter nbconvert --to slides chapters/*.ipynb --output-dir slides
+	$(PY) scripts/make_slides.py --demos $(or $(DEMOS),full)
+
+# Headless Chromium and its driver for tests/test_slides_browser.py (skipped, saying so, without them): apt-get,
+# as root or with sudo. .ci/run calls it before make test; about a minute and 350 MB on Debian.
+chromium:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then echo "chromium and chromedriver: installed"; \
+	elif ! command -v apt-get >/dev/null; then echo "no apt-get: install chromium and chromedriver, or the browser test is skipped"; \
+	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	elif sudo -n true 2>/dev/null; then sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	else echo "chromium is missing and apt-get needs root: sudo make chromium (until then the browser test is skipped)"; fi
 
 # Every test, after the style gate (make lint), one torch thread per process (2-core CI: two threads fight the kernel and pytest for cores):
 # 1. tests/: the package, the course machinery, and the grader (tests/test_grading.py grades solutions/,
