@@ -270,16 +270,25 @@ class RunFolder:
                 return lock
             lock.close()
 
-    def save(self, cfg: TrainConfig, state: StepState, result: TrainResult, data_gen: torch.Generator) -> Path:
+    def save(
+        self,
+        cfg: TrainConfig,
+        state: StepState,
+        result: TrainResult,
+        data_gen: torch.Generator,
+        whole: dict | None = None,
+    ) -> Path:
         """Checkpoint everything the loop needs to continue after len(result.history) steps.
 
+        `whole` replaces the model, master and optimizer entries when they are split over processes
+        (--shard): what train.gather_checkpoint put together, in the format one process writes.
         If the write fails (a full disk, say) the previous checkpoint is left as it was.
         """
         master = state.master
         snapshot = {
             "model": state.model.state_dict(),
             "master": [m.detach() for m in master.params] if master else None,
-            "optimizer": state.optimizer.state_dict(),
+            "optimizer": state.optimizer.state_dict() if whole is None else None,
             "scheduler": state.scheduler.state_dict(),
             "scaler": state.scaler.state_dict() if state.scaler is not None else None,
             "rng": rng_state(data_gen),
@@ -289,6 +298,8 @@ class RunFolder:
             "train_config": asdict(cfg),
             "model_config": state.model.cfg.to_dict(),
         }
+        if whole is not None:
+            snapshot.update(whole)
         try:
             path = save_checkpoint(snapshot, self.checkpoint)
         except OSError as err:

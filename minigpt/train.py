@@ -7,7 +7,9 @@ One optimizer step ("a window") is:
      because of inf/NaN gradients does not advance the learning-rate schedule;
   3. zero the gradients (set_to_none frees their memory until the next backward).
 Under torchrun each process takes its own slice of the window's micro-batches and DistributedDataParallel
-averages the gradients, syncing only on the last micro-batch (no_sync before the others).
+averages the gradients, syncing only on the last micro-batch (no_sync before the others). --shard zero1
+splits AdamW's moments over the processes, --shard fsdp also the weights and gradients (minigpt.distributed);
+checkpoints hold the whole state either way, so a run can resume with another --shard or number of processes.
 
 A run never loses work: Ctrl-C (or SIGTERM) stops it after the current step and saves a checkpoint,
 a NaN or inf loss stops it without saving the ruined weights, and a new run never overwrites a saved one.
@@ -51,6 +53,7 @@ class TrainConfig:
     ctx: int | None = None  # tokens per sequence (default: the preset's maximum)
     checkpointing: str = "none"  # none | full | sqrt | selective
     compile: bool = False  # torch.compile the model: faster steps, fewer saved activations; the first step compiles
+    shard: str = "none"  # none | zero1 | fsdp: what is split over the processes under torchrun (minigpt.distributed)
     dropout: float = 0.0
     steps: int = 100  # optimizer steps in total (a resumed run continues up to this number)
     lr: float = 1e-3
@@ -108,6 +111,7 @@ class TrainConfig:
             raise ValueError(f"--warmup-steps must be between 0 and --steps ({self.steps}), got {self.warmup_steps}")
         if self.ctx > max_ctx:
             raise ValueError(f"--ctx {self.ctx} is above the {self.preset} preset's maximum of {max_ctx}")
+        dist_utils.check_shard_mode(self.shard)
         if self.master_weights and self.precision != "bf16-pure":
             raise ValueError("master_weights only applies to --precision bf16-pure (the others keep fp32 weights)")
         if (self.save_every or self.resume) and not self.out:
@@ -165,7 +169,12 @@ def make_optimizer(params: list[nn.Parameter], cfg: TrainConfig) -> torch.optim.
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     fused = fused_adamw_supported(params[0].device.type)
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=fused or None, foreach=not fused or None)
+    if cfg.precision == "fp16" and cfg.shard == "fsdp" and dist_utils.world_size() > 1:
+        fused = False  # the fused kernel rejects ShardedGradScaler's inf flag (dist_utils.FSDP_FP16_FUSED_ERROR)
+    settings = dict(lr=cfg.lr, betas=cfg.betas, fused=fused or None, foreach=not fused or None)
+    if cfg.shard == "zero1" and dist_utils.world_size() > 1:  # each process keeps the moments of its share only
+        return dist_utils.zero1_optimizer(groups, torch.optim.AdamW, **settings)
+    return torch.optim.AdamW(groups, **settings)
 
 
 class MasterWeights:
@@ -214,13 +223,13 @@ def forward_backward(
     summed_losses = []
     for i, (x, y) in enumerate(micro_batches):
         is_last = i == len(micro_batches) - 1
-        # Under DDP, skip the gradient all-reduce on every micro-batch but the last. no_sync must be
+        # Under DDP or FSDP, skip the gradient all-reduce on every micro-batch but the last. no_sync must be
         # entered before the forward pass: DDP prepares its reduction hooks there.
-        sync = contextlib.nullcontext() if is_last or not hasattr(model, "no_sync") else model.no_sync()
+        sync = contextlib.nullcontext() if is_last else dist_utils.no_gradient_sync(model)
         with sync:
             with autocast_context(device, precision):  # forward and loss only; backward follows by itself
                 _, summed = model(x.to(device), y.to(device), reduction="sum")
-            # DDP averages over processes, so multiply back by the world size to get a global sum.
+            # DDP (and FSDP) average over processes, so multiply back by the world size to get a global sum.
             loss = summed * world / n_tokens
             (scaler.scale(loss) if scaler is not None else loss).backward()
         # Kept on the device: summed.item() here would make the CPU wait for the GPU every micro-batch.
@@ -249,13 +258,18 @@ def build_step_state(model_cfg: ModelConfig, cfg: TrainConfig, device: torch.dev
     """The model (seeded init, checkpointing mode, dtype for the precision) and its optimizer, schedule, scaler."""
     model = GPT(model_cfg, seed=cfg.seed).to(device)
     model.checkpointing = cfg.checkpointing
-    master = None
     if cfg.precision == "bf16-pure":
         model.to(torch.bfloat16)  # weights, and so gradients and AdamW state, all in bf16
-        master = MasterWeights(model) if cfg.master_weights else None
+    fsdp = cfg.shard == "fsdp" and dist_utils.world_size() > 1
+    if fsdp:  # before the optimizer and the master copies: they must see the sharded parameters
+        dist_utils.shard_model(model)
+    master = MasterWeights(model) if cfg.master_weights else None
     optimizer = make_optimizer(master.params if master else list(model.parameters()), cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s, cfg))
-    scaler = torch.amp.GradScaler(device.type) if cfg.precision == "fp16" else None
+    scaler = None
+    if cfg.precision == "fp16":  # under FSDP each process sees only its slice of the gradients: the scaler
+        # must agree over all processes whether any slice overflowed, which ShardedGradScaler does
+        scaler = dist_utils.sharded_grad_scaler(device.type) if fsdp else torch.amp.GradScaler(device.type)
     forward = torch.compile(model) if cfg.compile else model
     return StepState(model, optimizer, scheduler, scaler, master, forward)
 
@@ -272,7 +286,7 @@ def optimizer_step(state: StepState, grad_clip: float) -> tuple[torch.Tensor, fl
     if scaler is not None:
         scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
     clip = grad_clip if grad_clip > 0 else float("inf")
-    grad_norm = torch.nn.utils.clip_grad_norm_(state.train_params, clip)
+    grad_norm = dist_utils.full_tensor(torch.nn.utils.clip_grad_norm_(state.train_params, clip))  # FSDP: a DTensor
     lr = state.scheduler.get_last_lr()[0]
     if scaler is not None:
         scale = scaler.get_scale()
@@ -499,6 +513,10 @@ def train(
         check_compile(device)
     torch.manual_seed(cfg.seed)  # dropout's RNG
     say = print if (cfg.verbose and rank == 0) else (lambda *a, **k: None)
+    if world == 1 and cfg.shard != "none":
+        say(f"--shard {cfg.shard} with one process: nothing to split, so it trains as --shard none")
+    sharded = world > 1 and cfg.shard != "none"  # some state is split: saving gathers it from every process
+    fsdp = world > 1 and cfg.shard == "fsdp"  # every forward needs every process (they gather the weights)
 
     run = RunFolder(cfg.out) if cfg.out else None
     with contextlib.ExitStack() as held:  # what the run holds until it returns or fails: lock, log, bar
@@ -525,7 +543,8 @@ def train(
         result = TrainResult(cfg, model, effective_batch=cfg.batch * cfg.accum * world)
         start = 0
         if saved:
-            start = run.restore(saved, state, result, data_gen)
+            start = run.restore(shard_checkpoint(saved, state), state, result, data_gen)
+            dist_utils.steps_to_param_device(state.optimizer)
             if start == cfg.steps:
                 say(f"{run.path} is already finished: {start} of {cfg.steps} steps; pass a larger --steps to go on")
                 result.already_finished = True
@@ -534,10 +553,15 @@ def train(
             say(f"resumed from {run.checkpoint} at step {start}")
 
         def save() -> None:
-            if run and rank == 0:
-                run.save(cfg, state, result, data_gen)
+            if not run:
+                return
+            whole = gather_checkpoint(state) if sharded else None  # every process takes part in the gathering
+            if rank == 0:
+                run.save(cfg, state, result, data_gen, whole)
+            dist_utils.barrier()  # nobody goes on (or exits) before the checkpoint is written
 
-        ddp_model = dist_utils.wrap(state.forward, device) if world > 1 else state.forward
+        # DDP averages the gradients (also under zero1); FSDP's own hooks gather weights and reduce gradients
+        ddp_model = dist_utils.wrap(state.forward, device) if world > 1 and not fsdp else state.forward
         say(
             f"effective batch = {cfg.batch} (micro-batch) x {cfg.accum} (accum) x {world} (processes) = "
             f"{result.effective_batch} sequences = {result.effective_batch * cfg.ctx:,} tokens per step"
@@ -559,7 +583,8 @@ def train(
                 record["tokens_per_s"] = result.effective_batch * cfg.ctx / (time.perf_counter() - t0)
                 record["peak_memory_bytes"] = _peak_memory(device)
                 is_last = step + 1 == cfg.steps
-                if rank == 0 and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or is_last):
+                evaluates = rank == 0 or fsdp  # under FSDP every process runs the forward with process 0
+                if evaluates and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or is_last):
                     record["val_loss"] = estimate_loss(model, data, cfg, device)
                     result.val_history.append((step + 1, record["val_loss"]))
                 result.history.append(record)
@@ -577,6 +602,8 @@ def train(
                 if stop or result.interrupted:
                     break
 
+    if fsdp:  # every process gets the whole trained model back, for sampling and for the caller
+        result.model = unsharded_model(model, cfg, device)
     if cfg.sample_tokens and rank == 0 and not result.interrupted:
         result.sample = sample_text(model, cfg.tokenizer, cfg.sample_tokens, device, seed=cfg.seed)
     dist_utils.teardown()
@@ -587,6 +614,40 @@ def train(
             f"{s['final_val_loss'] or float('nan'):.3f}, {s['tokens_per_s']:,.0f} tokens/s"
         )
     return result
+
+
+def gather_checkpoint(state: StepState) -> dict:
+    """The model, master copies and optimizer state, whole, as one process would save them (every process calls this).
+
+    Process 0 gets everything; under zero1 the others get optimizer None (ZeroRedundancyOptimizer
+    consolidates on process 0 only).
+    """
+    return {
+        "model": dist_utils.full_model_state(state.model),
+        "master": [dist_utils.full_tensor(m).cpu() for m in state.master.params] if state.master else None,
+        "optimizer": dist_utils.full_optimizer_state(state.optimizer),
+    }
+
+
+def shard_checkpoint(saved: dict, state: StepState) -> dict:
+    """A whole checkpoint cut the way this process's step state is (FSDP: each keeps its slices); else unchanged."""
+    model_now = state.model.state_dict()
+    params = [p for group in state.optimizer.param_groups for p in group["params"]]  # AdamW's order of indices
+    cut = dict(saved)
+    cut["model"] = {k: dist_utils.shard_like(v, model_now.get(k, v)) for k, v in saved["model"].items()}
+    if state.master and saved["master"] is not None:
+        cut["master"] = [dist_utils.shard_like(v, m) for v, m in zip(saved["master"], state.master.params)]
+    cut["optimizer"] = dist_utils.shard_optimizer_state_like(saved["optimizer"], params)
+    return cut
+
+
+def unsharded_model(model: GPT, cfg: TrainConfig, device: torch.device) -> GPT:
+    """A plain GPT holding the whole weights of an FSDP-sharded one (every process must call this)."""
+    whole = GPT(model.cfg, seed=cfg.seed).to(device)
+    if cfg.precision == "bf16-pure":
+        whole.to(torch.bfloat16)
+    whole.load_state_dict(dist_utils.full_model_state(model))
+    return whole
 
 
 def sample_text(
