@@ -124,3 +124,20 @@ def test_a_deck_loads_only_files_from_its_folder(tmp_path):
     assert '<aside class="notes">' in deck  # the narrative went to the speaker notes
     index = (tmp_path / "index.html").read_text(encoding="utf-8")
     assert "01_number_formats.slides.html" in index and "minigpt demo formats" in index
+
+
+def test_readme_teaching_plan_names_real_sections_and_demos():
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("## Teaching with this course")[1]
+    section = section.split("\n## ")[0]
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| (\d\d) \|.*$", section, re.MULTILINE)}
+    chapters = {p.name[:2]: p for p in (ROOT / "chapters").glob("[0-9][0-9]_*.md")}
+    assert set(rows) == set(chapters)  # one plan per chapter
+    for number, row in rows.items():
+        headings = set(re.findall(r"^## (\d+)\. ", chapters[number].read_text(encoding="utf-8"), re.MULTILINE))
+        for first, last in re.findall(r"§(\d+)(?:-(\d+))?", row):
+            for n in range(int(first), int(last or first) + 1):
+                assert str(n) in headings, f"README plan for chapter {number} names section {n}, which it lacks"
+    from minigpt.demos import DEMOS
+
+    for name in re.findall(r"`minigpt demo (\w+)", section):
+        assert name in DEMOS, name
