@@ -33,7 +33,7 @@ slides: setup
 	$(PY) scripts/make_slides.py --demos $(or $(DEMOS),full)
 
 # Headless Chromium and its driver for tests/test_slides_browser.py (skipped, saying so, without them): apt-get,
-# as root or with sudo. .ci/run calls it before make test; about a minute and 350 MB on Debian.
+# as root or with sudo (a few hundred MB). .ci/run calls it before make test.
 chromium:
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then echo "chromium and chromedriver: installed"; \
 	elif ! command -v apt-get >/dev/null; then echo "no apt-get: install chromium and chromedriver, or the browser test is skipped"; \
