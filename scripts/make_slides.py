@@ -26,10 +26,15 @@ from pathlib import Path
 
 import nbformat
 from nbconvert import SlidesExporter
-from slide_metadata import OUTPUT_ONLY_TAG, capped_text, markdown_chunks, shown_and_notes
+from slide_metadata import (
+    MIN_PRINTED_FONT_SCALE,
+    OUTPUT_ONLY_TAG,
+    PRINTED_CHARS_PER_LINE,
+    capped_text,
+    markdown_chunks,
+    shown_and_notes,
+)
 from traitlets.config import Config
-
-from minigpt.demos import DEMOS
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = ROOT / "chapters"
@@ -111,7 +116,9 @@ def build_deck(notebook: Path, out: Path, slides_exporter: SlidesExporter) -> Pa
     nb = nbformat.read(notebook, as_version=4)
     nb.metadata.pop("widgets", None)  # widget state would load a widget manager from the network
     nb.cells = lecture_cells(nb.cells)
-    body, _ = slides_exporter.from_notebook_node(nb, resources={"metadata": {"name": notebook.stem}})
+    rules = {"printed_chars_per_line": PRINTED_CHARS_PER_LINE, "min_font_scale": MIN_PRINTED_FONT_SCALE}
+    resources = {"metadata": {"name": notebook.stem}, "slide_rules": rules}  # the template sizes printed text
+    body, _ = slides_exporter.from_notebook_node(nb, resources=resources)
     deck = out / f"{notebook.stem}.slides.html"
     deck.write_text(body, encoding="utf-8")
     return deck
@@ -211,7 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     scratch = args.out / ".demo_out"
     for notebook in notebooks:
         deck = build_deck(notebook, args.out, slides_exporter)
-        demos = [d for d in DEMO_OF_CHAPTER.get(notebook.name[:2], []) if d in DEMOS]
+        demos = DEMO_OF_CHAPTER.get(notebook.name[:2], [])
+        if args.demos != "none":
+            from minigpt.demos import DEMOS  # only to time them: a deck builds without importing torch
+
+            demos = [d for d in demos if d in DEMOS]
         times = {} if args.demos == "none" else {d: time_demo(d, args.demos == "quick", scratch) for d in demos}
         rows.append(
             {"deck": deck.name, "title": chapter_title(notebook), "slides": count_slides(deck), "demos": demos}

@@ -50,7 +50,8 @@ ROLE_TAGS = ("setup", "parameters")  # the Colab install cell and the SCALE cell
 SLIDE_HEIGHT_PX = 720
 BUDGET_PX = 680  # what a slide may hold by the estimate: the rest is the estimate's margin of error
 TEXT_LINE_PX, TEXT_CHARS_PER_LINE = 33, 100
-CODE_LINE_PX, CODE_CHARS_PER_LINE = 22, 118
+CODE_LINE_PX, CODE_CHARS_PER_LINE = 22, 118  # code cells: a 120-character line (ruff's limit) nearly fits
+PRINTED_CHARS_PER_LINE = 112  # printed output sits indented: 1121 px of 16 px monospace, less a margin
 HEADING_PX = {1: 100, 2: 80, 3: 66, 4: 56}
 CELL_GAP_PX = 14  # padding between two cells
 OUTPUT_AREA_PX = 24  # an output area's own padding
@@ -58,6 +59,7 @@ IMAGE_WIDTH_PX, IMAGE_MAX_HEIGHT_PX = 1200, 540  # the template caps an image's 
 SHORT_PROSE_CHARS = 160  # a paragraph up to this long stays on the slide; longer ones are narrative (notes)
 SIGNPOST_CHARS = 320  # ... and up to this long when it opens with a bold label (**Question:** ...)
 SHOWN_CODE_LINES = 12  # a cell longer than this shows its output only (or nothing, if it prints nothing)
+MIN_PRINTED_FONT_SCALE = 0.6  # the smallest font the deck gives a wide printed table (16 px -> 9.6 px)
 MAX_OUTPUT_LINES = 26  # printed lines a slide shows under its heading; the notebook keeps the rest
 SHOWN_PLOT_CODE_LINES = 0  # a plot's code is never on its slide: the figure is what the lecture shows
 
@@ -186,27 +188,41 @@ def png_size(encoded: str) -> tuple[int, int]:
 
 
 def capped_text(text: str) -> str:
-    """Printed text as its slide shows it: at most MAX_OUTPUT_LINES lines, then a line saying what was cut."""
+    """Printed text as its slide shows it: what fits MAX_OUTPUT_LINES lines, then a line saying what was cut."""
     lines = text.rstrip("\n").splitlines()
-    if wrapped_lines("\n".join(lines), CODE_CHARS_PER_LINE) <= MAX_OUTPUT_LINES:
+    scale = printed_font_scale(text)  # a smaller font fits more lines, and more characters in each
+    chars_per_line, max_lines = int(PRINTED_CHARS_PER_LINE / scale), int(MAX_OUTPUT_LINES / scale)
+    if wrapped_lines("\n".join(lines), chars_per_line) <= max_lines:
         return text
     kept, used = [], 0
     for line in lines:
-        used += max(1, math.ceil(len(line) / CODE_CHARS_PER_LINE))
-        if used > MAX_OUTPUT_LINES - 1:
+        used += max(1, math.ceil(len(line) / chars_per_line))
+        if used > max_lines - 1:
             break
         kept.append(line)
     return "\n".join(kept) + f"\n... ({len(lines) - len(kept)} more lines in the notebook)\n"
+
+
+def printed_font_scale(text: str) -> float:
+    """The font scale the deck gives printed text (the template's script): smaller when rows are too wide."""
+    widest = max((len(line) for line in text.splitlines()), default=0)
+    return max(MIN_PRINTED_FONT_SCALE, PRINTED_CHARS_PER_LINE / widest) if widest > PRINTED_CHARS_PER_LINE else 1.0
+
+
+def printed_height(text: str) -> int:
+    """Estimated height in px of printed text: its lines, wrapped, at the font scale the deck gives them."""
+    text = capped_text(text).rstrip("\n")
+    scale = printed_font_scale(text)
+    return math.ceil(CODE_LINE_PX * scale * wrapped_lines(text, int(PRINTED_CHARS_PER_LINE / scale))) + OUTPUT_AREA_PX
 
 
 def output_height(output: dict) -> int:
     """Estimated height in px of one output of a code cell."""
     data = output.get("data", {})
     if output.get("output_type") == "stream":
-        text = capped_text(output.get("text", ""))
         if output.get("name") == "stderr":
             return 0  # warnings: scripts/make_slides.py leaves stderr out of the deck
-        return CODE_LINE_PX * wrapped_lines(text.rstrip("\n"), CODE_CHARS_PER_LINE) + OUTPUT_AREA_PX
+        return printed_height(output.get("text", ""))
     if "image/png" in data:
         width, height = png_size(data["image/png"])
         shown = height * min(1.0, IMAGE_WIDTH_PX / width)
@@ -218,8 +234,7 @@ def output_height(output: dict) -> int:
     if "text/markdown" in data:
         return markdown_height(data["text/markdown"]) + OUTPUT_AREA_PX
     if "text/plain" in data:
-        text = capped_text(data["text/plain"]).rstrip("\n")
-        return CODE_LINE_PX * wrapped_lines(text, CODE_CHARS_PER_LINE) + OUTPUT_AREA_PX
+        return printed_height(data["text/plain"])
     return 0
 
 
