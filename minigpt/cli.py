@@ -96,10 +96,13 @@ def cmd_memory(args: argparse.Namespace) -> int:
     )
     predicted = memory.estimate(cfg, device=device, **shape)
     measured = memory.measure(cfg, device=device, **shape) if args.measure else None
+    sharded = sharded_rows(args, cfg, precision) if args.shard != "none" or args.world > 1 else None
     if args.json:
         out = {"config": {"preset": args.preset, "device": str(device), **shape}, "predicted": predicted.to_dict()}
         if measured is not None:
             out["measured"] = measured.to_dict()
+        if sharded is not None:
+            out["per_process"] = sharded
         print(json.dumps(out, indent=1))
         return 0
     mib = lambda n: f"{n / 2**20:,.1f}"  # noqa: E731
@@ -111,7 +114,38 @@ def cmd_memory(args: argparse.Namespace) -> int:
         f"checkpointing {args.checkpointing}, on {device}"
     )
     print(tabulate([r[: len(headers)] for r in rows], headers=headers, tablefmt="github", disable_numparse=True))
+    if sharded is not None:
+        print(
+            f"\nper process, --shard {args.shard} over {args.world} processes: the static state only "
+            "(activations and transients above are each process's own, for its own micro-batch)"
+        )
+        measured_max = sharded.get("measured_max")
+        table = [
+            (k, mib(v), *([mib(measured_max[k])] if measured_max else []))
+            for k, v in {**sharded["predicted"], "static": sum(sharded["predicted"].values())}.items()
+        ]
+        headers = ["MiB", "predicted"] + (["measured (largest process)"] if measured_max else [])
+        print(tabulate(table, headers=headers, tablefmt="github", disable_numparse=True))
     return 0
+
+
+def sharded_rows(args: argparse.Namespace, cfg, precision: str) -> dict:
+    """Weights, gradients and AdamW bytes of the process that holds the most, under --shard over --world processes.
+
+    With --measure, also measured: --world CPU processes each run one real step (minigpt.distributed).
+    """
+    from minigpt.memory import sharded_state_bytes
+
+    shard = dict(shard=args.shard, world=args.world, master_weights=args.master_weights)
+    out = {"shard": args.shard, "world": args.world, "predicted": sharded_state_bytes(cfg, precision, **shard)}
+    if args.measure:
+        from minigpt.distributed import measure_rank_state_bytes
+
+        ranks = measure_rank_state_bytes(cfg, precision, **shard)
+        out["measured"] = ranks
+        out["measured_max"] = max(ranks, key=lambda d: sum(d.values()))
+        out["measured_max"] = {**out["measured_max"], "static": sum(out["measured_max"].values())}
+    return out
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -150,6 +184,7 @@ def add_field_flag(p: argparse.ArgumentParser, name: str, **kwargs) -> None:
 def add_step_shape_flags(p: argparse.ArgumentParser) -> None:
     """The flags that shape one training step, shared by `minigpt train` and `minigpt memory`."""
     from minigpt.device import SUPPORTED_DEVICE_TYPES
+    from minigpt.distributed import SHARD_MODES
     from minigpt.model import PRESETS
     from minigpt.precision import DTYPE_ALIASES, PRECISIONS
     from minigpt.recompute import CHECKPOINTING_MODES
@@ -163,6 +198,7 @@ def add_step_shape_flags(p: argparse.ArgumentParser) -> None:
     add_field_flag(p, "batch", type=int, help="micro-batch size (sequences per forward)")
     add_field_flag(p, "ctx", type=int, help="tokens per sequence (default: the preset's maximum)")
     add_field_flag(p, "checkpointing", choices=list(CHECKPOINTING_MODES))
+    add_field_flag(p, "shard", choices=list(SHARD_MODES), help="torchrun: split AdamW (zero1) or all state (fsdp)")
     add_field_flag(p, "device", help=" | ".join(("auto", *SUPPORTED_DEVICE_TYPES)))
 
 
@@ -296,6 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("memory", help="memory of one training step: predicted, and measured with --measure")
     add_step_shape_flags(p)
     p.add_argument("--measure", action="store_true", help="also run one real step and measure it")
+    p.add_argument("--world", type=int, default=1, help="processes the state is split over with --shard (default: 1)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_memory)
     p = sub.add_parser("plan", help="choose precision, micro-batch, accum and checkpointing for some hardware")

@@ -2,6 +2,8 @@
 
 `torchrun --nproc_per_node 2 -m minigpt train ...` starts the processes; `spawn_on_cpu` does the same
 from Python (a notebook or a test) with the gloo backend, so a laptop can run a real 2-process job.
+With --shard zero1 or fsdp the processes also split the training state (ZeRO stage 1 or 3), and
+measure_rank_state_bytes shows what each one holds.
 """
 
 from __future__ import annotations
@@ -279,3 +281,74 @@ def spawn_on_cpu(fn, args: tuple = (), world: int = 2) -> list:
     with tempfile.TemporaryDirectory() as out_dir:
         mp.start_processes(_worker, args=(world, _free_port(), fn, args, out_dir), nprocs=world, start_method="spawn")
         return [torch.load(Path(out_dir) / f"rank{r}.pt", weights_only=False) for r in range(world)]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# What each process holds: measured on real processes
+
+
+def state_bytes(tensors) -> int:
+    """Bytes of the tensors this process holds: for a DTensor its local slice only, each storage once."""
+    seen, total = set(), 0
+    for t in tensors:
+        local = local_part(t)
+        key = (local.untyped_storage().data_ptr(), local.storage_offset(), local.numel())
+        if key not in seen:
+            seen.add(key)
+            total += local.numel() * local.element_size()
+    return total
+
+
+def measure_rank_state_bytes(
+    preset_or_model_cfg, precision: str, shard: str, world: int, master_weights: bool = False
+) -> list[dict]:
+    """Weights, gradients and optimizer-state bytes each of `world` CPU processes holds after one real step.
+
+    Starts `world` processes joined by gloo; each builds the step state the way train() does (train's
+    build_step_state, DDP or FSDP around it) and runs one training step on one random sequence. Gradients are
+    read when AdamW starts its step (after backward, before zero_grad frees them); the optimizer state after.
+    The 4-byte step counters are left out, as in minigpt.memory.sharded_state_bytes, its prediction.
+    """
+    check_shard_mode(shard)
+    if world < 1:
+        raise ValueError(f"the number of processes (--world) must be at least 1, got {world}")
+    return spawn_on_cpu(_rank_state_bytes, (preset_or_model_cfg, precision, shard, master_weights), world=world)
+
+
+def _rank_state_bytes(preset_or_model_cfg, precision: str, shard: str, master_weights: bool) -> dict:
+    """One process of measure_rank_state_bytes (train is imported here: it imports this module)."""
+    from minigpt.model import PRESETS, get_config
+    from minigpt.train import TrainConfig, build_step_state, forward_backward, optimizer_step
+
+    rank, world = setup()
+    named = isinstance(preset_or_model_cfg, str)
+    model_cfg = get_config(preset_or_model_cfg) if named else preset_or_model_cfg
+    # TrainConfig wants a preset; a ModelConfig given directly shapes the model, so any preset whose ctx fits
+    preset = preset_or_model_cfg if named else "tiny"
+    ctx = min(16, model_cfg.ctx, PRESETS[preset].ctx)
+    cfg = TrainConfig(
+        preset=preset, precision=precision, master_weights=master_weights, shard=shard, batch=1, ctx=ctx, verbose=False
+    )
+    device = torch.device("cpu")
+    state = build_step_state(model_cfg, cfg, device)
+    module = wrap(state.forward, device) if world > 1 and shard != "fsdp" else state.forward
+    tokens = torch.randint(0, model_cfg.vocab_size, (1, ctx + 1), generator=torch.Generator().manual_seed(rank))
+    grads = {}
+
+    def read_gradients(*_) -> None:  # AdamW starts its step: the gradients (fp32 masters' too) are all there
+        grads["bytes"] = state_bytes(p.grad for p in state.train_params if p.grad is not None)
+
+    state.optimizer.register_step_pre_hook(read_gradients)
+    forward_backward(module, [(tokens[:, :-1], tokens[:, 1:])], device, cfg.precision, state.scaler)
+    optimizer_step(state, cfg.grad_clip)
+    if "bytes" not in grads:
+        raise RuntimeError("the GradScaler skipped this step (inf or NaN gradients): nothing was measured")
+    local_optimizer = getattr(state.optimizer, "optim", state.optimizer)  # ZeroRedundancyOptimizer's own AdamW
+    moments = (v for s in local_optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0)
+    measured = {
+        "weights": state_bytes([*state.model.parameters(), *(state.master.params if state.master else [])]),
+        "gradients": grads["bytes"],
+        "optimizer": state_bytes(moments),
+    }
+    teardown()
+    return measured

@@ -280,3 +280,21 @@ def test_plan_for_this_cpu_uses_what_doctor_measures(capsys):
     chosen = json.loads(capsys.readouterr().out)
     native_bf16 = device_info("cpu").bf16_is_fast
     assert (chosen["precision"] == "bf16") == native_bf16, chosen
+
+
+def test_memory_shard_and_world_predict_what_each_process_holds(capsys):
+    from minigpt.memory import sharded_state_bytes
+
+    assert main(["memory", "--preset", "tiny", "--shard", "fsdp", "--world", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)["per_process"]
+    assert out["predicted"] == sharded_state_bytes(get_config("tiny"), "fp32", "fsdp", 4)
+    assert main(["memory", "--preset", "125m", "--precision", "bf16", "--shard", "zero1", "--world", "8"]) == 0
+    assert "per process, --shard zero1 over 8 processes" in capsys.readouterr().out
+    assert main(["memory", "--preset", "tiny", "--shard", "fsdp", "--world", "0"]) == 2
+    assert "--world" in one_error_line(capsys)
+
+
+def test_train_shard_with_one_process_trains_as_none(capsys):
+    """--shard needs torchrun's processes; alone, there is nothing to split, and the run says so."""
+    assert main([*TINY, "--shard", "zero1", "--device", "cpu"]) == 0
+    assert "--shard zero1 with one process: nothing to split" in capsys.readouterr().out

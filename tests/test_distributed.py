@@ -1,7 +1,9 @@
 import pytest
 import torch
 
-from minigpt.distributed import spawn_on_cpu
+from minigpt.distributed import measure_rank_state_bytes, spawn_on_cpu
+from minigpt.memory.estimate import sharded_state_bytes
+from minigpt.model import get_config
 from minigpt.train import TrainConfig, train_and_report
 
 
@@ -92,3 +94,26 @@ def test_checkpoint_resumes_across_shard_modes_and_process_counts(first, then, t
     run(first, steps=2, resume=False)
     resumed = run(then, steps=4, resume=True)
     assert_same_training(resumed, one_process_4_steps["history"])  # the saved 2 steps, then 2 more
+
+
+# ------------------------------------------------------------------------------------------------------------
+# What each process holds: measured on 2 real processes, predicted from the config
+
+
+@pytest.mark.parametrize(
+    "precision, master, shard",
+    [("fp32", False, "none"), ("fp32", False, "zero1"), ("fp32", False, "fsdp"), ("bf16-pure", True, "fsdp")],
+)
+def test_measured_rank_state_bytes_are_the_prediction(precision, master, shard):
+    """Every process's weights, gradients and AdamW moments, as sharded_state_bytes predicts them for its rank.
+
+    To the byte, not within a tolerance: both count the same tensors' elements (FSDP's DTensor slices, the
+    parameters ZeroRedundancyOptimizer gave this process), and neither has anything else in it.
+    """
+    cfg = get_config("tiny")
+    measured = measure_rank_state_bytes("tiny", precision, shard, world=2, master_weights=master)
+    for rank, got in enumerate(measured):
+        assert got == sharded_state_bytes(cfg, precision, shard, 2, master_weights=master, rank=rank)
+    if shard != "none":  # and splitting saved something on every process
+        whole = sharded_state_bytes(cfg, precision, "none", 1, master_weights=master)
+        assert all(sum(got.values()) < sum(whole.values()) for got in measured)

@@ -296,3 +296,56 @@ def test_memory_timeline_on_cpu(tmp_path):
 def test_memory_snapshot_without_cuda_says_what_to_use():
     with pytest.raises(RuntimeError, match="memory_timeline"):
         memory.memory_snapshot("snap.pickle", get_config("tiny"), 1, 16, device="cpu")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Static memory per process under --shard (measured on real processes in test_distributed.py)
+
+
+@pytest.mark.parametrize("preset", ["tiny", "10m"])
+def test_parameter_shapes_are_the_models_in_its_order(preset):
+    from minigpt.memory.estimate import parameter_shapes
+    from minigpt.model import GPT
+
+    cfg = get_config(preset)
+    assert parameter_shapes(cfg) == [tuple(p.shape) for p in GPT(cfg).parameters()]
+
+
+@pytest.mark.parametrize("precision, master", [("fp32", False), ("bf16", False), ("bf16-pure", True)])
+def test_sharded_state_bytes_follow_the_zero_formulas(precision, master):
+    """none: 16P on every process; zero1: optimizer / N; fsdp: everything / N (125m: no parameter dominates)."""
+    cfg, n = get_config("125m"), 4
+    whole = memory.estimate(cfg, 1, 16, precision, master_weights=master)
+    none = memory.sharded_state_bytes(cfg, precision, "none", n, master_weights=master)
+    assert none == {"weights": whole.weights, "gradients": whole.gradients, "optimizer": whole.optimizer}
+    for shard in ("zero1", "fsdp"):  # one process splits nothing
+        assert memory.sharded_state_bytes(cfg, precision, shard, 1, master_weights=master) == none
+    zero1 = memory.sharded_state_bytes(cfg, precision, "zero1", n, master_weights=master)
+    assert zero1["weights"] == none["weights"] and zero1["gradients"] == none["gradients"]
+    # whole parameters go to processes, so the split is only about even: the largest share within 5% of 1/N
+    assert none["optimizer"] / n <= zero1["optimizer"] < 1.05 * none["optimizer"] / n
+    fsdp = memory.sharded_state_bytes(cfg, precision, "fsdp", n, master_weights=master)
+    for key, value in fsdp.items():  # 4 divides every dim 0 of 125m: no padding, exactly 1/N
+        assert value * n == none[key]
+
+
+def test_sharded_state_bytes_counts_uneven_splits():
+    """3 processes: FSDP's last shard of a dim 0 that 3 does not divide is shorter; ZeRO-1 never splits a parameter."""
+    from minigpt.memory.estimate import fsdp_shard_params, zero1_partition
+    from minigpt.model import ModelConfig
+
+    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=36, ctx=16, vocab_size=1001)  # 1001 = 3 x 333 + 2
+    shards = fsdp_shard_params(cfg, 3)
+    assert sum(shards) == count_params(cfg) and shards[0] == max(shards) > shards[-1]
+    assert zero1_partition(cfg, 3)[0] >= 1001 * 36  # the embedding, whole, on one process
+    assert sum(zero1_partition(cfg, 3)) == count_params(cfg)
+
+
+def test_sharded_state_bytes_rejects_bad_input():
+    cfg = get_config("tiny")
+    with pytest.raises(ValueError, match="--shard"):
+        memory.sharded_state_bytes(cfg, "fp32", "zero3", 2)
+    with pytest.raises(ValueError, match="at least 1"):
+        memory.sharded_state_bytes(cfg, "fp32", "fsdp", 0)
+    with pytest.raises(ValueError, match="rank"):
+        memory.sharded_state_bytes(cfg, "fp32", "fsdp", 2, rank=2)

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 import torch
 
+from minigpt.distributed import check_shard_mode
 from minigpt.model import ModelConfig, count_params
 from minigpt.precision import autocast_dtype, normalize_precision, static_bytes_per_param
 from minigpt.recompute import CHECKPOINTING_MODES, sqrt_segments
@@ -128,6 +129,99 @@ def _matrix_params(cfg: ModelConfig) -> int:
 def _static(cfg: ModelConfig, precision: str, master_weights: bool) -> tuple[int, int, int]:
     b, n = static_bytes_per_param(precision, master_weights), count_params(cfg)
     return n * (b["weights"] + b["master_weights"]), n * b["grads"], n * b["optimizer"]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 2b. Static memory per process when it is split: ZeRO-1 and FSDP (minigpt.distributed)
+
+
+def parameter_shapes(cfg: ModelConfig) -> list[tuple[int, ...]]:
+    """The shape of every parameter, in the order GPT.parameters() yields them (the tied embedding once).
+
+    Read it next to model.GPT: the embedding, then per block the attention norm's gain, qkv, proj, the MLP
+    norm's gain, gate, up, down (nn.Linear weights are (out, in)), then the final norm's gain.
+    """
+    C, H = cfg.n_embd, cfg.mlp_hidden
+    block = [(C,), (3 * C, C), (C, C), (C,), (H, C), (H, C), (C, H)]
+    return [(cfg.vocab_size, C), *block * cfg.n_layer, (C,)]
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def zero1_partition(cfg: ModelConfig, world: int) -> list[int]:
+    """Parameters whose AdamW state each process keeps under ZeRO-1, as ZeroRedundancyOptimizer assigns them.
+
+    It hands out whole parameters, group by group (train.make_optimizer's decayed matrices, then the gains),
+    largest first, each to the process holding the fewest parameters so far. One parameter larger than
+    total/N (the tiny preset's embedding) leaves the split uneven: that process keeps more than 1/N.
+    """
+    shapes = parameter_shapes(cfg)
+    groups = [[s for s in shapes if len(s) >= 2], [s for s in shapes if len(s) < 2]]
+    held = [0] * world
+    for group in groups:
+        for n in sorted((_numel(s) for s in group), reverse=True):  # sorted() is stable, like torch's
+            held[held.index(min(held))] += n
+    return held
+
+
+def fsdp_shard_params(cfg: ModelConfig, world: int) -> list[int]:
+    """Parameters each process holds under FSDP2: every parameter cut along dim 0 into N chunks of ceil(d0/N) rows.
+
+    The last chunks are shorter (or empty) when N does not divide d0. This counts what each process's DTensor
+    holds (`.to_local()`); FSDP2 pads every shard's storage to ceil(d0/N) rows, so what a process allocates
+    is process 0's count, the largest.
+    """
+    held = [0] * world
+    for shape in parameter_shapes(cfg):
+        rows, row_numel = shape[0], _numel(shape[1:])
+        chunk = -(-rows // world)  # ceil
+        for r in range(world):
+            held[r] += max(0, min(chunk, rows - r * chunk)) * row_numel
+    return held
+
+
+def sharded_state_bytes(
+    model_cfg: ModelConfig,
+    precision: str,
+    shard: str,
+    world: int,
+    master_weights: bool = False,
+    rank: int | None = None,
+) -> dict[str, int]:
+    """Bytes of weights, gradients and optimizer state one process holds, with `shard` over `world` processes.
+
+    Chapter 7's formulas, parameter by parameter: none keeps everything on every process (16P in fp32);
+    zero1 divides the optimizer state by N (zero1_partition: whole parameters, so only about 1/N);
+    fsdp divides weights, gradients and optimizer state by N (fsdp_shard_params). `rank` None: the process
+    that holds the most. The 4-byte step counters are left out, as in MemoryBreakdown.
+    """
+    check_shard_mode(shard)
+    if world < 1:
+        raise ValueError(f"the number of processes (--world) must be at least 1, got {world}")
+    if rank is not None and not 0 <= rank < world:
+        raise ValueError(f"rank must be between 0 and world - 1 = {world - 1}, got {rank}")
+    b, total = static_bytes_per_param(normalize_precision(precision), master_weights), count_params(model_cfg)
+    everything = [total] * world
+    optimizer_params = zero1_partition(model_cfg, world) if shard in ("zero1", "fsdp") else everything
+    other_params = fsdp_shard_params(model_cfg, world) if shard == "fsdp" else everything
+    if shard == "fsdp":
+        optimizer_params = other_params  # FSDP's AdamW steps each process's slices
+    per_rank = [
+        {
+            "weights": other_params[r] * (b["weights"] + b["master_weights"]),
+            "gradients": other_params[r] * b["grads"],
+            "optimizer": optimizer_params[r] * b["optimizer"],
+        }
+        for r in range(world)
+    ]
+    if rank is None:
+        return max(per_rank, key=lambda d: sum(d.values()))
+    return per_rank[rank]
 
 
 # ----------------------------------------------------------------------------------------------------------
