@@ -53,8 +53,11 @@ test: setup lint
 # Chapters are written as MyST markdown (chapters/NN_name.md); this runs each one in a fresh kernel and stores
 # the outputs in its .ipynb, then runs every solution notebook the same way (about 2 min on 2 cores).
 # Edit the .md, never the .ipynb's cells: tests/test_chapters.py checks they agree.
+# Then it lays every chapter out as lecture slides from its fresh outputs: scripts/slide_metadata.py sets each
+# cell's slideshow metadata from rules in the .md and the .ipynb (tests/test_slides.py checks it).
 chapters: setup
 	$(PY) scripts/make_chapters.py
+	$(PY) scripts/slide_metadata.py
 
 lab: setup
 	$(VENV)/bin/jupyter lab chapters/

@@ -15,9 +15,9 @@ A chapter is written as a notebook; a lecture wants 1280x720 slides that each sh
   text, the code lines, the printed lines and the PNG sizes) starts a continuation slide below; a cell too
   tall for a slide with its code shows its output only, and printed output longer than a slide is cut there.
 
-A cell tagged `slide-manual` keeps the slide type and tags its author wrote. `make chapters` applies the
-rules after executing each chapter (scripts/make_chapters.py), so re-executed chapters keep their layout;
-tests/test_slides.py runs `--check`.
+A cell tagged `slide-manual` keeps the slide type and tags its author wrote. `make chapters` runs this script
+after executing the chapters, so re-executed chapters keep their layout (after `scripts/make_chapters.py NN`,
+run it yourself); tests/test_slides.py runs `--check`.
 
     python scripts/slide_metadata.py                  apply the rules to every chapter (.ipynb and .md)
     python scripts/slide_metadata.py --check          fail, naming the cells, where a chapter's metadata differs
