@@ -150,7 +150,7 @@ def sharded_rows(args: argparse.Namespace, cfg, precision: str) -> dict:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Choose precision, micro-batch, accumulation and checkpointing for a preset on some hardware."""
-    from minigpt.plan import plan, recommended_table
+    from minigpt.plan import PLAN_MODELS, plan, recommended_table
 
     if args.table:
         rows = recommended_table(effective_batch=args.effective_batch)
@@ -159,14 +159,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return 0
     if not args.preset:
         raise ValueError("give --preset (and --hardware, --ctx, --effective-batch), or --table")
-    from minigpt.model import get_config
-
     hardware = args.hardware
     if hardware == "cpu":  # this machine's CPU: what `minigpt doctor` reports (its bf16 instructions, its RAM)
         from minigpt.hardware import detect_hardware
 
         hardware = detect_hardware("cpu")
-    chosen = plan(args.preset, hardware, args.ctx or get_config(args.preset).ctx, args.effective_batch)
+    ctx = args.ctx or PLAN_MODELS[args.preset].ctx
+    chosen = plan(args.preset, hardware, ctx, args.effective_batch, gpus=args.gpus, shard=args.shard)
     print(json.dumps(chosen.to_dict(), indent=1, default=str) if args.json else chosen.explain())
     return 0
 
@@ -326,8 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("formats", help="the floating-point formats table")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_formats)
+    from minigpt.distributed import SHARD_MODES
     from minigpt.hardware import HARDWARE
-    from minigpt.model import PRESETS
+    from minigpt.plan import PLAN_MODELS
 
     p = sub.add_parser("memory", help="memory of one training step: predicted, and measured with --measure")
     add_step_shape_flags(p)
@@ -336,8 +336,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_memory)
     p = sub.add_parser("plan", help="choose precision, micro-batch, accum and checkpointing for some hardware")
-    p.add_argument("--preset", choices=list(PRESETS))
+    p.add_argument("--preset", choices=list(PLAN_MODELS), help="7b: a model to plan only, too large to train here")
     p.add_argument("--hardware", default="t4", choices=list(HARDWARE))
+    p.add_argument("--gpus", type=int, default=1, help="data-parallel GPUs; the plan is per GPU (default: 1)")
+    p.add_argument("--shard", default="none", choices=list(SHARD_MODES), help="what the GPUs split (default: none)")
     p.add_argument("--ctx", type=int, help="default: the preset's maximum")
     p.add_argument("--effective-batch", type=int, default=128)
     p.add_argument("--table", action="store_true", help="the recommended-settings table, made by the planner")

@@ -7,6 +7,8 @@ The planner asks minigpt.memory for the predicted peak of one training step and 
      accum = effective_batch / micro_batch exactly;
   3. checkpointing: only when even micro-batch 1 does not fit, and then the cheapest mode that fits;
   4. when nothing fits: a Plan with fits=False and a `lever` sentence saying what would make it fit.
+Over several GPUs (gpus=N, shard none | zero1 | fsdp) the plan is per GPU: each takes effective_batch / N
+sequences per step, and its static memory is split as the shard mode says (memory.sharded_estimate).
 Sizes print in GiB (see minigpt.hardware); minigpt.batch_search checks a plan against real training steps.
 """
 
@@ -17,10 +19,19 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 from minigpt import memory
+from minigpt.distributed import check_shard_mode
 from minigpt.hardware import GIB, Hardware, choose_precision, get_hardware, gib
 from minigpt.model import COURSE_PRESETS, PRESETS, ModelConfig, count_params
 from minigpt.precision import static_bytes_per_param
 from minigpt.recompute import CHECKPOINTING_MODES
+
+# Models too large for one GPU, to plan only (nobody trains them in this course): this architecture (tied
+# embedding, SwiGLU 8/3 wide, RMSNorm, RoPE) at Llama 2 7B's shape, 32 layers of width 4096 with a 32000-token
+# vocabulary: 6.6B parameters.
+LARGE_MODELS: dict[str, ModelConfig] = {
+    "7b": ModelConfig(n_layer=32, n_head=32, n_embd=4096, ctx=4096, vocab_size=32000)
+}
+PLAN_MODELS: dict[str, ModelConfig] = {**PRESETS, **LARGE_MODELS}
 
 # ----------------------------------------------------------------------------------------------------------
 # Time cost of checkpointing, from a FLOP model
@@ -78,7 +89,9 @@ class Plan:
     fits: bool
     reasons: list[str] = field(default_factory=list)
     lever: str | None = None  # what would make it fit (None when it fits)
-    breakdown: memory.MemoryBreakdown | None = None  # the estimate behind predicted_peak_bytes
+    breakdown: memory.MemoryBreakdown | None = None  # the estimate behind predicted_peak_bytes (per GPU)
+    gpus: int = 1  # data-parallel GPUs; micro_batch and the memory are per GPU
+    shard: str = "none"  # what the GPUs split: none (DDP), zero1 (AdamW's state) or fsdp (all static state)
 
     @property
     def precision_label(self) -> str:
@@ -88,20 +101,26 @@ class Plan:
         """The plan as text: the choices, then why each was made (and the lever, if it does not fit)."""
         b = self.breakdown
         worst = max(b.moments, key=b.moments.get) if b is not None and getattr(b, "moments", None) else None
+        many = self.gpus > 1
+        on = f"{self.gpus} x {self.hardware.name}" if many else self.hardware.name
+        devices = f"{self.gpus} GPUs" if many else "1 device"
+        per_gpu = " per GPU" if many else ""
+        size = f"{gib(self.hardware.memory_bytes)} each" if many else gib(self.hardware.memory_bytes)
         lines = [
-            f"Plan: {self.preset} at ctx {self.ctx}, effective batch {self.effective_batch}, "
-            f"on {self.hardware.name} ({gib(self.hardware.memory_bytes)})" + ("" if self.fits else "  -- DOES NOT FIT"),
+            f"Plan: {self.preset} at ctx {self.ctx}, effective batch {self.effective_batch}, on {on} ({size})"
+            + ("" if self.fits else "  -- DOES NOT FIT"),
             f"  precision       {self.precision_label}",
-            f"  micro-batch     {self.micro_batch}",
-            f"  accum           {self.accum}  ({self.micro_batch} x {self.accum} x 1 device = "
-            f"{self.micro_batch * self.accum} sequences per optimizer step)",
+            *([f"  shard           {self.shard} over {self.gpus} GPUs"] if many else []),
+            f"  micro-batch     {self.micro_batch}{per_gpu}",
+            f"  accum           {self.accum}  ({self.micro_batch} x {self.accum} x {devices} = "
+            f"{self.micro_batch * self.accum * self.gpus} sequences per optimizer step)",
             f"  checkpointing   {self.checkpointing}",
-            f"  predicted peak  {gib(self.predicted_peak_bytes)} of {gib(self.usable_bytes)} usable"
+            f"  predicted peak  {gib(self.predicted_peak_bytes)}{per_gpu} of {gib(self.usable_bytes)} usable"
             + (f" (worst moment: {worst})" if worst else ""),
         ]
         if b is not None:
             lines.append(
-                f"  static          {gib(b.static)} = weights {gib(b.weights)} + grads "
+                f"  static          {gib(b.static)}{per_gpu} = weights {gib(b.weights)} + grads "
                 f"{gib(b.gradients)} + AdamW m, v {gib(b.optimizer)}"
             )
             lines.append(
@@ -141,9 +160,9 @@ def _largest_micro_batch(
 
 
 def _check_inputs(preset: str, ctx: int, effective_batch: int, headroom: float) -> ModelConfig:
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
-    cfg = PRESETS[preset]
+    if preset not in PLAN_MODELS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of: {', '.join(PLAN_MODELS)}")
+    cfg = PLAN_MODELS[preset]
     if not 1 <= ctx <= cfg.ctx:
         raise ValueError(f"ctx must be between 1 and the {preset} preset's maximum of {cfg.ctx}, got {ctx}")
     if effective_batch < 1:
@@ -160,13 +179,24 @@ def plan(
     effective_batch: int,
     headroom: float = 0.1,
     memory_bytes: int | None = None,
+    gpus: int = 1,
+    shard: str = "none",
 ) -> Plan:
     """Choose precision, micro-batch, accumulation and checkpointing for `preset` on `hardware`.
 
-    memory_bytes replaces the hardware's memory (for mps and cpu: the RAM). Never raises for "does not
-    fit": that is a Plan with fits=False and a lever; bad input raises ValueError.
+    memory_bytes replaces the hardware's memory (for mps and cpu: the RAM). With gpus > 1 the plan is per GPU:
+    each takes effective_batch / gpus sequences per step and holds the static state as `shard` splits it.
+    Never raises for "does not fit": that is a Plan with fits=False and a lever; bad input raises ValueError.
     """
     cfg = _check_inputs(preset, ctx, effective_batch, headroom)
+    check_shard_mode(shard)
+    if gpus < 1:
+        raise ValueError(f"--gpus must be at least 1, got {gpus}")
+    if effective_batch % gpus:
+        raise ValueError(
+            f"the effective batch ({effective_batch}) must be a multiple of --gpus ({gpus}): each GPU takes an "
+            "equal share of every step"
+        )
     hw = get_hardware(hardware)
     if memory_bytes is not None:
         if memory_bytes <= 0:
@@ -174,8 +204,8 @@ def plan(
         hw = replace(hw, memory_bytes=int(memory_bytes))
     usable = int(hw.usable_memory_bytes * (1 - headroom))
     precision, precision_reason = choose_precision(hw)
-    # memory.estimate for this model, precision and kind of device (CUDA's kernels keep a little less)
-    predict = functools.partial(memory.estimate, cfg, precision=precision, device=hw.kind)
+    # memory.estimate for this model, precision and kind of device (CUDA's kernels keep a little less), per GPU
+    predict = functools.partial(_predict_per_gpu, cfg, precision, hw.kind, shard, gpus)
     share = "" if hw.usable_fraction == 1 else f", of which the GPU may use {hw.usable_fraction:.0%}"
     kept_for = {
         "cuda": "the CUDA context and allocator fragmentation",
@@ -195,9 +225,18 @@ def plan(
         f"static memory (weights + grads + AdamW m and v) = {per_param} B/param x "
         f"{n_params / 1e6:.1f}M params = {gib(n_params * per_param)}{autocast_note}"
     )
+    if gpus > 1:
+        split = memory.sharded_state_bytes(cfg, precision, shard, gpus)
+        what = {"none": "nothing (DDP: every GPU holds it all)", "zero1": "AdamW's state", "fsdp": "all of it"}[shard]
+        reasons.append(
+            f"{gpus} GPUs, --shard {shard}: they split {what}, so each holds {gib(sum(split.values()))} of it"
+            + (" plus the weights FSDP gathers (the embedding and two blocks at a time)" if shard == "fsdp" else "")
+            + f"; each takes {effective_batch // gpus} of the {effective_batch} sequences per step"
+        )
 
-    # Micro-batches: the divisors of the effective batch, so that accum is a whole number.
-    candidates = [m for m in range(1, effective_batch + 1) if effective_batch % m == 0]
+    # Micro-batches: the divisors of each GPU's share of the effective batch, so that accum is a whole number.
+    share = effective_batch // gpus
+    candidates = [m for m in range(1, share + 1) if share % m == 0]
     fitting = {mode: _largest_micro_batch(predict, ctx, candidates, mode, usable) for mode in CHECKPOINTING_MODES}
     cost = {mode: relative_step_time(cfg, ctx, mode) for mode in CHECKPOINTING_MODES}
     if fitting["none"][0]:
@@ -208,25 +247,28 @@ def plan(
         mode = min(usable_modes, key=lambda m: (cost[m], -fitting[m][0])) if usable_modes else None
 
     if mode is None:
-        return _does_not_fit(preset, cfg, hw, ctx, effective_batch, precision, predict, usable, headroom, reasons)
+        lost = _does_not_fit(preset, cfg, hw, ctx, effective_batch, precision, predict, usable, headroom, reasons)
+        return replace(
+            lost, accum=share, gpus=gpus, shard=shard, lever=_with_sharding(lost.lever, cfg, precision, usable)
+        )
 
     micro, est = fitting[mode]
-    accum = effective_batch // micro
+    accum = share // micro
     i = candidates.index(micro)
-    if micro == effective_batch:
+    if micro == share:
         reasons.append(
-            f"micro-batch {micro}: the whole effective batch fits in one forward/backward "
-            f"(predicted peak {gib(est.peak)}), so no accumulation"
+            f"micro-batch {micro}: the whole {'share of the ' if gpus > 1 else ''}effective batch fits in one "
+            f"forward/backward (predicted peak {gib(est.peak)}), so no accumulation"
         )
     else:
         bigger = predict(candidates[i + 1], ctx, checkpointing=mode)
         reasons.append(
-            f"micro-batch {micro}: the largest divisor of {effective_batch} whose predicted peak "
+            f"micro-batch {micro}: the largest divisor of {share} whose predicted peak "
             f"({gib(est.peak)}) fits; {candidates[i + 1]} would need {gib(bigger.peak)}"
         )
         reasons.append(
-            f"accum {accum} = {effective_batch} / {micro}: accumulating gives the same gradients "
-            f"as one batch of {effective_batch}, at the cost of {accum} smaller steps per update"
+            f"accum {accum} = {share} / {micro}: accumulating gives the same gradients "
+            f"as one batch of {share}, at the cost of {accum} smaller steps per update"
         )
     if mode == "none":
         best_other = max(CHECKPOINTING_MODES, key=lambda m: fitting[m][0])
@@ -269,7 +311,33 @@ def plan(
         reasons,
         None,
         est,
+        gpus,
+        shard,
     )
+
+
+def _predict_per_gpu(
+    cfg: ModelConfig, precision: str, kind: str, shard: str, gpus: int, batch: int, ctx: int, checkpointing: str
+) -> memory.MemoryBreakdown:
+    """memory.estimate of one GPU's step, its static state split over `gpus` as `shard` says."""
+    est = memory.estimate(cfg, batch, ctx, precision=precision, checkpointing=checkpointing, device=kind)
+    return memory.sharded_estimate(est, cfg, precision, shard, gpus)
+
+
+def gpus_to_fit_static(cfg: ModelConfig, precision: str, shard: str, budget: int, most: int = 1024) -> int | None:
+    """The fewest GPUs (a power of two) whose share of the static state under `shard` fits `budget`; None: none do."""
+    gpus = 1
+    while gpus <= most:
+        if sum(memory.sharded_state_bytes(cfg, precision, shard, gpus).values()) <= budget:
+            return gpus
+        gpus *= 2
+    return None
+
+
+def _with_sharding(lever: str, cfg: ModelConfig, precision: str, usable: int) -> str:
+    """The lever, plus how many GPUs --shard fsdp needs before the static state alone fits each one."""
+    n = gpus_to_fit_static(cfg, precision, "fsdp", usable)
+    return lever if n is None else f"{lever}; or split the static state: --shard fsdp over at least {n} GPUs"
 
 
 def _does_not_fit(

@@ -605,7 +605,7 @@ def train(
     if fsdp:  # every process gets the whole trained model back, for sampling and for the caller
         result.model = unsharded_model(model, cfg, device)
     if cfg.sample_tokens and rank == 0 and not result.interrupted:
-        result.sample = sample_text(model, cfg.tokenizer, cfg.sample_tokens, device, seed=cfg.seed)
+        result.sample = sample_text(result.model, cfg.tokenizer, cfg.sample_tokens, device, seed=cfg.seed)
     dist_utils.teardown()
     if result.history and not result.interrupted:
         s = result.summary()

@@ -298,3 +298,12 @@ def test_train_shard_with_one_process_trains_as_none(capsys):
     """--shard needs torchrun's processes; alone, there is nothing to split, and the run says so."""
     assert main([*TINY, "--shard", "zero1", "--device", "cpu"]) == 0
     assert "--shard zero1 with one process: nothing to split" in capsys.readouterr().out
+
+
+def test_plan_gpus_and_shard(capsys):
+    assert main(["plan", "--preset", "7b", "--hardware", "a100-80", "--gpus", "8", "--shard", "fsdp", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["gpus"] == 8 and out["shard"] == "fsdp"
+    assert out["micro_batch"] * out["accum"] * 8 == 128
+    assert main(["plan", "--preset", "125m", "--gpus", "3"]) == 2
+    assert "multiple of --gpus" in one_error_line(capsys)

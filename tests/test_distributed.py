@@ -65,7 +65,9 @@ def assert_same_training(history: list[dict], reference: list[dict]) -> None:
 @pytest.mark.parametrize("shard", ["zero1", "fsdp"])
 def test_sharded_two_processes_train_like_one_process(shard, one_process_4_steps):
     """2 processes x batch 2 with the state split see the 8 sequences of 1 process x batch 4: same losses."""
-    ranks = spawn_on_cpu(train_and_report, (TrainConfig(batch=2, steps=4, shard=shard, **SHARD_COMMON),), world=2)
+    cfg = TrainConfig(batch=2, steps=4, shard=shard, **{**SHARD_COMMON, "sample_tokens": 4})  # and it samples
+    ranks = spawn_on_cpu(train_and_report, (cfg,), world=2)
+    assert ranks[0]["summary"]["sample"]  # process 0 samples alone: from the whole model, not FSDP's slices
     for r in ranks:
         assert_same_training(r["history"], one_process_4_steps["history"])
     # every process ends with the whole model (FSDP gathers it back), the same as one process trains

@@ -349,3 +349,21 @@ def test_sharded_state_bytes_rejects_bad_input():
         memory.sharded_state_bytes(cfg, "fp32", "fsdp", 0)
     with pytest.raises(ValueError, match="rank"):
         memory.sharded_state_bytes(cfg, "fp32", "fsdp", 2, rank=2)
+
+
+@pytest.mark.parametrize("shard", ["zero1", "fsdp"])
+def test_sharded_estimate_moves_every_moment_with_the_split_state(shard):
+    """Weights and AdamW's state live through the whole step: every moment loses what splitting them saves."""
+    cfg, n = get_config("30m"), 4
+    whole = memory.estimate(cfg, 2, 128, "bf16")
+    assert memory.sharded_estimate(whole, cfg, "bf16", shard, 1) is whole  # one process: nothing split
+    split = memory.sharded_estimate(whole, cfg, "bf16", shard, n)
+    per = memory.sharded_state_bytes(cfg, "bf16", shard, n)
+    assert (split.weights, split.gradients, split.optimizer) == (per["weights"], per["gradients"], per["optimizer"])
+    saved = whole.static - split.static
+    assert split.moments["optimizer"] == whole.moments["optimizer"] - saved
+    if shard == "zero1":  # nothing is gathered, the gradients stay whole: the other moments lose AdamW's share
+        for phase, live in split.moments.items():
+            if phase != "optimizer":
+                assert live == whole.moments[phase] - (whole.optimizer - split.optimizer)
+    assert split.peak < whole.peak and split.activations == whole.activations

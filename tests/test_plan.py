@@ -129,7 +129,7 @@ def test_fixed_step_buffers_too_large_says_ctx_would_not_help():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(preset="7b"), "choose one of"),
+        (dict(preset="1t"), "choose one of"),
         (dict(hardware="tpu"), "choose one of"),
         (dict(ctx=2048), "maximum of 1024"),
         (dict(ctx=0), "between 1"),
@@ -174,3 +174,51 @@ def test_compare_with_rules_of_thumb_covers_every_row_and_agrees_on_precision():
     assert all(r["rule_precision"] == r["plan_precision"] for r in rows)
     for r in rows:
         assert r["agrees"] == (r["why"] == "same")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Several GPUs: --gpus N --shard none | zero1 | fsdp, planned per GPU
+
+
+def test_7b_on_8_a100s_with_fsdp_is_planned_per_gpu():
+    """Each GPU holds 1/8 of the 16 bytes per parameter and takes 1/8 of the sequences of every step."""
+    from minigpt.plan import PLAN_MODELS
+
+    p = plan("7b", "a100-80", 4096, 64, gpus=8, shard="fsdp")
+    assert p.fits and p.gpus == 8 and p.shard == "fsdp" and p.precision == "bf16"
+    assert p.micro_batch * p.accum * p.gpus == 64
+    assert p.breakdown.static == sum(memory.sharded_state_bytes(PLAN_MODELS["7b"], "bf16", "fsdp", 8).values())
+    assert p.breakdown.static * 8 <= memory.estimate(PLAN_MODELS["7b"], 1, 4096, "bf16").static  # padding: none here
+    assert p.predicted_peak_bytes <= p.usable_bytes
+    text = p.explain()
+    assert "8 x NVIDIA A100 80GB" in text and "fsdp over 8 GPUs" in text and "per GPU" in text
+
+
+def test_7b_on_one_a100_does_not_fit_and_the_lever_says_how_many_gpus_fsdp_needs():
+    """98 GiB of static state on a 67 GiB budget: no micro-batch or checkpointing helps, 2 GPUs with FSDP do."""
+    p = plan("7b", "a100-80", 4096, 64)
+    assert not p.fits and p.breakdown.static > p.usable_bytes
+    assert "--shard fsdp over at least 2 GPUs" in p.lever
+    assert plan("7b", "a100-80", 4096, 64, gpus=2, shard="fsdp").breakdown.static < p.usable_bytes
+
+
+@pytest.mark.parametrize("shard", ["none", "zero1", "fsdp"])
+def test_more_gpus_shrink_each_gpus_static_memory_as_the_shard_mode_says(shard):
+    one = plan("125m", "t4", 1024, 128)
+    four = plan("125m", "t4", 1024, 128, gpus=4, shard=shard)
+    if shard == "none":  # DDP: every GPU holds everything
+        assert four.breakdown.static == one.breakdown.static
+    else:
+        assert four.breakdown.optimizer < one.breakdown.optimizer
+        assert (four.breakdown.weights < one.breakdown.weights) == (shard == "fsdp")
+    assert four.micro_batch * four.accum == 128 // 4
+    assert four.predicted_peak_bytes <= four.usable_bytes
+
+
+def test_bad_gpu_settings_are_clear_errors():
+    with pytest.raises(ValueError, match="multiple of --gpus"):
+        plan("125m", "t4", 1024, 100, gpus=8)
+    with pytest.raises(ValueError, match="--gpus must be at least 1"):
+        plan("125m", "t4", 1024, 128, gpus=0)
+    with pytest.raises(ValueError, match="--shard"):
+        plan("125m", "t4", 1024, 128, gpus=2, shard="zero2")

@@ -10,7 +10,8 @@ The peak is the worst moment of the step (MemoryBreakdown.moments), not the sum 
 Two modules fill in the same MemoryBreakdown:
   - estimate.py predicts it from the config alone: estimate(), activation_table() (one row per saved tensor);
   - measure.py meters one real step of minigpt.train: measure(), memory_snapshot(), memory_timeline().
-sharded_state_bytes() predicts the static part one process holds under --shard zero1 or fsdp, and
+sharded_state_bytes() predicts the static part one process holds under --shard zero1 or fsdp (and
+sharded_estimate() a whole step of one process), and
 minigpt.distributed.measure_rank_state_bytes() measures it on real processes.
 The tests and benchmarks/memory_grid.py check that the two agree: activations within 5%, static terms to
 the byte.
@@ -24,6 +25,7 @@ from minigpt.memory.estimate import (
     activations_rule_of_thumb,
     estimate,
     layer_bytes_per_token,
+    sharded_estimate,
     sharded_state_bytes,
     static_table,
 )
@@ -52,6 +54,7 @@ __all__ = [
     "measure_activations",
     "memory_snapshot",
     "memory_timeline",
+    "sharded_estimate",
     "sharded_state_bytes",
     "static_table",
 ]

@@ -15,7 +15,7 @@ bf16-pure and 4 otherwise.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
 import torch
 
@@ -674,6 +674,47 @@ def estimate(
         activations=sum(r["bytes"] for r in rows),
         **_predict(model_cfg, batch, ctx, precision, checkpointing, master_weights, dev, static, rows),
     )
+
+
+def sharded_estimate(
+    est: MemoryBreakdown,
+    model_cfg: ModelConfig,
+    precision: str,
+    shard: str,
+    world: int,
+    master_weights: bool = False,
+) -> MemoryBreakdown:
+    """One process's step with `shard` over `world` processes: estimate()'s breakdown with the static terms split.
+
+    Weights and AdamW's state are there at every moment, so every moment loses what splitting them saves;
+    FSDP's split gradients count where all gradients are present (the end of backward, the optimizer step).
+    FSDP adds the whole weights it gathers: the root's (embedding and final norm, kept gathered for the whole
+    step) and two blocks' (the one running and the one prefetched). Autocast's 16-bit weight copies stay as
+    they were: its cache keeps one per gathered weight until the forward ends.
+    """
+    if world == 1 or shard == "none":
+        check_shard_mode(shard)
+        return est
+    per = sharded_state_bytes(model_cfg, precision, shard, world, master_weights)
+    saved_always = (est.weights - per["weights"]) + (est.optimizer - per["optimizer"])
+    saved_grads = est.gradients - per["gradients"]
+    gathered = model_grads_saved = 0
+    if shard == "fsdp":
+        model_bytes = _widths(precision).model
+        root, block = model_cfg.vocab_size * model_cfg.n_embd + model_cfg.n_embd, _block_params(model_cfg)
+        gathered = model_bytes * (root + 2 * block)
+        model_grads_saved = model_bytes * (count_params(model_cfg) - max(fsdp_shard_params(model_cfg, world)))
+    moments = {}
+    for phase, live in est.moments.items():
+        live -= saved_always
+        if phase == "optimizer":
+            live -= saved_grads
+        else:
+            live += gathered
+        if phase == "backward: embedding":
+            live -= model_grads_saved
+        moments[phase] = live
+    return replace(est, **per, moments=moments)
 
 
 # ----------------------------------------------------------------------------------------------------------
