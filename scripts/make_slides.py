@@ -111,8 +111,23 @@ def lecture_cells(cells: list) -> list:
     return shown_cells
 
 
-def build_deck(notebook: Path, out: Path, slides_exporter: SlidesExporter) -> Path:
-    """Render one executed chapter as out/NN_name.slides.html; return its path."""
+def deck_sections(cells: list) -> list[dict]:
+    """Each `##` section of a deck: its title, its first slide's number (deck.html#/N) and how many slides it has."""
+    sections, horizontal = [], -1
+    for cell in cells:
+        slide_type = cell.metadata.get("slideshow", {}).get("slide_type", "-")
+        horizontal += slide_type == "slide"
+        first_line = cell.source.strip().split("\n", 1)[0]
+        heading = re.match(r"##\s+(.+)", first_line) if cell.cell_type == "markdown" else None
+        if heading and slide_type == "slide":
+            sections.append({"title": heading.group(1).strip(), "slide": horizontal, "slides": 0})
+        if sections and slide_type in ("slide", "subslide"):
+            sections[-1]["slides"] += 1
+    return sections
+
+
+def build_deck(notebook: Path, out: Path, slides_exporter: SlidesExporter) -> tuple[Path, list[dict]]:
+    """Render one executed chapter as out/NN_name.slides.html; return its path and its sections."""
     nb = nbformat.read(notebook, as_version=4)
     nb.metadata.pop("widgets", None)  # widget state would load a widget manager from the network
     nb.cells = lecture_cells(nb.cells)
@@ -121,7 +136,7 @@ def build_deck(notebook: Path, out: Path, slides_exporter: SlidesExporter) -> Pa
     body, _ = slides_exporter.from_notebook_node(nb, resources=resources)
     deck = out / f"{notebook.stem}.slides.html"
     deck.write_text(body, encoding="utf-8")
-    return deck
+    return deck, deck_sections(nb.cells)
 
 
 def chapter_title(notebook: Path) -> str:
@@ -161,9 +176,14 @@ def index_page(rows: list[dict], demo_mode: str, machine: str) -> str:
             f"<code>minigpt demo {d}</code>" + (f" ({row['times'][d]:.0f} s)" if d in row["times"] else "")
             for d in row["demos"]
         )
+        sections = " &middot; ".join(
+            f'<a href="{html.escape(row["deck"])}#/{section["slide"]}">{html.escape(section["title"])}</a> '
+            f"({section['slides']})"
+            for section in row["sections"]
+        )
         lines.append(
-            f'<tr><td><a href="{html.escape(row["deck"])}">{html.escape(row["title"])}</a></td>'
-            f"<td>{row['slides']}</td><td>{demos or '-'}</td></tr>"
+            f'<tr><td><a href="{html.escape(row["deck"])}"><b>{html.escape(row["title"])}</b></a>'
+            f"<br><small>{sections}</small></td><td>{row['slides']}</td><td>{demos or '-'}</td></tr>"
         )
     timing = (
         f"Demo runtimes measured by <code>scripts/make_slides.py</code> when it built this folder "
@@ -181,7 +201,7 @@ td, th {{ padding: 0.4em 1em; text-align: left; vertical-align: top; border-bott
 view with the notes, <b>F</b> goes full screen, <b>Esc</b> shows every slide. Everything it needs is in this
 folder: no network.</p>
 <p>Run each demo live from a terminal in the course folder (<code>make demo</code> sets it up).</p>
-<table><tr><th>deck</th><th>slides</th><th>lecture demo (measured runtime)</th></tr>
+<table><tr><th>deck, and its sections (slides in each)</th><th>slides</th><th>lecture demo (measured runtime)</th></tr>
 {chr(10).join(lines)}
 </table>
 <p>{timing}</p>
@@ -217,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     scratch = args.out / ".demo_out"
     for notebook in notebooks:
-        deck = build_deck(notebook, args.out, slides_exporter)
+        deck, sections = build_deck(notebook, args.out, slides_exporter)
         demos = DEMO_OF_CHAPTER.get(notebook.name[:2], [])
         if args.demos != "none":
             from minigpt.demos import DEMOS  # only to time them: a deck builds without importing torch
@@ -226,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         times = {} if args.demos == "none" else {d: time_demo(d, args.demos == "quick", scratch) for d in demos}
         rows.append(
             {"deck": deck.name, "title": chapter_title(notebook), "slides": count_slides(deck), "demos": demos}
-            | {"times": times}
+            | {"times": times, "sections": sections}
         )
         print(f"{deck.relative_to(args.out.parent)}: {rows[-1]['slides']} slides; demos {times or demos}", flush=True)
     shutil.rmtree(scratch, ignore_errors=True)

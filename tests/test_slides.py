@@ -124,6 +124,7 @@ def test_a_deck_loads_only_files_from_its_folder(tmp_path):
     assert '<aside class="notes">' in deck  # the narrative went to the speaker notes
     index = (tmp_path / "index.html").read_text(encoding="utf-8")
     assert "01_number_formats.slides.html" in index and "minigpt demo formats" in index
+    assert '01_number_formats.slides.html#/1">1. ' in index  # each section links to its first slide
 
 
 def test_readme_teaching_plan_names_real_sections_and_demos():
