@@ -20,6 +20,7 @@ FIGURES = {
     "accumulation": ["accumulation.png"],
     "checkpointing": ["checkpointing.png"],
     "plan": ["plan.png"],
+    "sharding": ["sharding.png"],
 }
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -17,6 +17,7 @@ from minigpt.demos.memory_anatomy import demo_memory
 from minigpt.demos.memory_savers import demo_accumulation, demo_checkpointing
 from minigpt.demos.mixed_precision import demo_autocast, demo_scaler
 from minigpt.demos.planning import demo_plan
+from minigpt.demos.sharding import demo_sharding
 from minigpt.demos.training import demo_train
 
 # name on the command line -> demo, in the order `minigpt demo all` runs them
@@ -29,6 +30,7 @@ DEMOS: dict[str, Callable[[Path, bool], list[Path]]] = {
     "accumulation": demo_accumulation,
     "checkpointing": demo_checkpointing,
     "plan": demo_plan,
+    "sharding": demo_sharding,
 }
 DEMO_CHOICES = (*DEMOS, "all")
 
