@@ -32,14 +32,16 @@ bench: setup
 slides: setup
 	$(PY) scripts/make_slides.py --demos $(or $(DEMOS),full)
 
-# Headless Chromium and its driver for tests/test_slides_browser.py (skipped, saying so, without them): apt-get,
-# as root or with sudo (a few hundred MB). .ci/run calls it before make test.
+# Headless Chromium and its driver for tests/test_slides_browser.py: apt-get, as root or with sudo (a few
+# hundred MB). .ci/run calls it before make test. Where it cannot install them it says why and carries on:
+# the browser test is then skipped, naming what is missing.
+APT_CHROMIUM := apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver
 chromium:
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then echo "chromium and chromedriver: installed"; \
-	elif ! command -v apt-get >/dev/null; then echo "no apt-get: install chromium and chromedriver, or the browser test is skipped"; \
-	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
-	elif sudo -n true 2>/dev/null; then sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
-	else echo "chromium is missing and apt-get needs root: sudo make chromium (until then the browser test is skipped)"; fi
+	elif ! command -v apt-get >/dev/null; then echo "no apt-get here: install chromium and chromedriver yourself"; \
+	elif [ "$$(id -u)" = 0 ]; then sh -c '$(APT_CHROMIUM)' || echo "apt-get could not install chromium"; \
+	elif sudo -n true 2>/dev/null; then sudo sh -c '$(APT_CHROMIUM)' || echo "apt-get could not install chromium"; \
+	else echo "chromium is missing and apt-get needs root: sudo make chromium"; fi
 
 # Every test, after the style gate (make lint), one torch thread per process (2-core CI: two threads fight the kernel and pytest for cores):
 # 1. tests/: the package, the course machinery, and the grader (tests/test_grading.py grades solutions/,
