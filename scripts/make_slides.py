@@ -41,6 +41,8 @@ CHAPTERS = ROOT / "chapters"
 VENDORED = ROOT / "vendor" / "slides"  # reveal.js, require.js, jQuery, KaTeX: pinned versions in its README
 TEMPLATES = Path(__file__).resolve().parent / "slides_template"
 COLAB_BADGE = re.compile(r"^\[!\[Open In Colab\]\(https://[^)]*\)\]\(https://[^)]*\)\s*$", re.MULTILINE)
+WIDGET = "application/vnd.jupyter.widget-view+json"
+WIDGET_NOTE = "*An interactive widget: run this cell of the notebook in JupyterLab to use it.*"
 SLIDE_WIDTH, SLIDE_HEIGHT = 1280, 720  # one 720p projector screen; reveal.js scales the slide to the window
 # The lecture demo of each chapter (minigpt/demos/__init__.py lists them); `train` opens the course.
 DEMO_OF_CHAPTER = {
@@ -76,7 +78,10 @@ def exporter() -> SlidesExporter:
 
 
 def capped_output(output: dict) -> dict:
-    """An output as its slide shows it: printed text cut to what fits (slide_metadata.capped_text)."""
+    """An output as its slide shows it: printed text cut to what fits (slide_metadata.capped_text), and a widget
+    (sliders need a live kernel) replaced by a line saying where it runs."""
+    if WIDGET in output.get("data", {}):
+        return nbformat.v4.new_output("display_data", data={"text/markdown": WIDGET_NOTE})
     if output.get("output_type") == "stream":
         output["text"] = capped_text(output["text"])
     elif "text/plain" in output.get("data", {}) and len(output["data"]) == 1:

@@ -223,6 +223,8 @@ def output_height(output: dict) -> int:
         if output.get("name") == "stderr":
             return 0  # warnings: scripts/make_slides.py leaves stderr out of the deck
         return printed_height(output.get("text", ""))
+    if "application/vnd.jupyter.widget-view+json" in data:
+        return TEXT_LINE_PX + OUTPUT_AREA_PX  # the deck shows one line in its place (scripts/make_slides.py)
     if "image/png" in data:
         width, height = png_size(data["image/png"])
         shown = height * min(1.0, IMAGE_WIDTH_PX / width)
