@@ -126,16 +126,31 @@ def is_narrative(block: str) -> bool:
     return length > SHORT_PROSE_CHARS
 
 
+def is_label(block: str) -> bool:
+    """A block that only names what follows it, e.g. **Prerequisites** or a line ending in a colon."""
+    line = " ".join(block.split())
+    return block_kind(block) == "prose" and (bool(re.fullmatch(r"\*\*[^*]+\*\*:?", line)) or line.endswith(":"))
+
+
 def shown_and_notes(source: str) -> tuple[str, str]:
-    """A markdown cell split into what its slide shows and what goes into the speaker notes."""
+    """A markdown cell split into what its slide shows and what goes into the speaker notes.
+
+    Narrative paragraphs go to the notes, and so does a label whose paragraph went there (**Prerequisites**).
+    """
     blocks = markdown_blocks(source)
-    shown = [b for b in blocks if not is_narrative(b)]
-    notes = [b for b in blocks if is_narrative(b)]
+    to_notes = [is_narrative(b) for b in blocks]
+    for i in range(len(blocks) - 2, -1, -1):
+        to_notes[i] = to_notes[i] or (is_label(blocks[i]) and to_notes[i + 1])
+    shown = [b for b, noted in zip(blocks, to_notes) if not noted]
+    notes = [b for b, noted in zip(blocks, to_notes) if noted]
     return "\n\n".join(shown), "\n\n".join(notes)
 
 
 def markdown_chunks(shown: str) -> list[str]:
-    """The shown markdown cut into pieces that each fit a slide: between blocks, or between a list's items."""
+    """The shown markdown cut into pieces that each fit a slide: between blocks, or between a list's items.
+
+    A label stays with what it names: a piece that would end a slide with **What you will learn** starts the next.
+    """
     pieces: list[tuple[str, bool]] = []  # (text, is a list item)
     for block in markdown_blocks(shown):
         if block_kind(block) == "list":
@@ -143,18 +158,26 @@ def markdown_chunks(shown: str) -> list[str]:
             pieces += [(item, True) for item in items]
         else:
             pieces.append((block, False))
-    chunks: list[str] = []
-    current, height, last_was_item = "", 0, False
-    for text, is_item in pieces:
-        piece_height = markdown_height(text)
-        if current and height + piece_height > BUDGET_PX:
-            chunks.append(current)
-            current, height = "", 0
-        joiner = "\n" if (is_item and last_was_item) else "\n\n"
-        current = f"{current}{joiner}{text}" if current else text
+    slides: list[list[tuple[str, bool]]] = [[]]
+    height = 0
+    for piece in pieces:
+        piece_height = markdown_height(piece[0])
+        if slides[-1] and height + piece_height > BUDGET_PX:
+            carried = [slides[-1].pop()] if len(slides[-1]) > 1 and is_label(slides[-1][-1][0]) else []
+            slides.append(carried)
+            height = sum(markdown_height(text) for text, _ in carried)
+        slides[-1].append(piece)
         height += piece_height
-        last_was_item = is_item
-    return chunks + ([current] if current else [])
+    return [join_pieces(slide) for slide in slides if slide]
+
+
+def join_pieces(pieces: list[tuple[str, bool]]) -> str:
+    """Markdown blocks back into one text: a list's items one per line, other blocks a blank line apart."""
+    text = ""
+    for i, (piece, is_item) in enumerate(pieces):
+        joiner = "\n" if is_item and i and pieces[i - 1][1] else "\n\n"
+        text = f"{text}{joiner}{piece}" if text else piece
+    return text
 
 
 def wrapped_lines(text: str, chars_per_line: int) -> int:
