@@ -27,14 +27,17 @@ def world_size() -> int:
     return dist.get_world_size() if dist.is_initialized() else 1
 
 
-def setup() -> tuple[int, int]:
-    """Join the process group torchrun describes in the environment; return (rank, world size)."""
+def setup(device: str = "auto") -> tuple[int, int]:
+    """Join the process group torchrun describes in the environment; return (rank, world size).
+
+    NCCL where the processes train on GPUs (`device` auto or cuda, and CUDA present), gloo on the CPU.
+    """
     global _we_started_it
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return 0, 1
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    backend = "nccl" if torch.cuda.is_available() and device in ("auto", "cuda") else "gloo"
     dist.init_process_group(backend)
     _we_started_it = True
     return dist.get_rank(), dist.get_world_size()

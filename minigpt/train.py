@@ -506,7 +506,7 @@ def train(
     """
     from tqdm.auto import tqdm
 
-    rank, world = dist_utils.setup()  # (0, 1) unless launched by torchrun
+    rank, world = dist_utils.setup(cfg.device)  # (0, 1) unless launched by torchrun
     device = pick_device(cfg.device if world == 1 else dist_utils.local_device(cfg.device))
     check_precision(device, cfg.precision)  # no silent no-op: fail now if this device can't do it
     if cfg.compile:
