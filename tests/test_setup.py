@@ -71,7 +71,7 @@ def test_make_test_runs_every_test_and_every_notebook():
     assert "--nbval chapters/ solutions/" in recipe
     for folder in ("chapters", "solutions"):
         notebooks = sorted((ROOT / folder).glob("*.ipynb"))
-        assert len(notebooks) == 7, folder
+        assert len(notebooks) == 8, folder
         for path in notebooks:
             cells = json.loads(path.read_text())["cells"]
             assert any(c.get("outputs") for c in cells if c["cell_type"] == "code"), f"{path} has no outputs"
