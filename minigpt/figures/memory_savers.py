@@ -50,13 +50,14 @@ def draw_step_moments(ax: Axes, moments: dict[str, dict[str, int]], always_live:
             x = i - 0.4 + (j + 0.5) * width
             color = PHASE_COLORS[j % len(PHASE_COLORS)]
             ax.bar(x, live[phase] / MiB, width, color=color, label=phase if i == 0 else None)
-            floor = "alive at every moment (weights, AdamW)" if i == j == 0 else None
-            ax.bar(x, always_live[setting] / MiB, width, fill=False, hatch="//", edgecolor="white", lw=0, label=floor)
+            ax.bar(x, always_live[setting] / MiB, width, fill=False, hatch="//", edgecolor="white", lw=0)
         x_peak = i - 0.4 + (phases.index(peak_phase) + 0.5) * width
         ax.plot(x_peak, live[peak_phase] / MiB, "kD", label="measured peak" if i == 0 else None)
     ax.set_xticks(range(len(moments)), list(moments))
     ax.set_ylabel("live MiB at the worst point of each moment")
-    ax.legend(fontsize=8)
+    handles, _ = ax.get_legend_handles_labels()
+    floor = Patch(facecolor="gray", hatch="//", edgecolor="white", label="alive at every moment (weights, AdamW)")
+    ax.legend(handles=[*handles, floor], fontsize=8)
 
 
 def plot_accumulation_cost(
