@@ -2,6 +2,7 @@
 gradients across processes (run in 2 real gloo processes on the CPU).
 """
 
+import datetime
 import functools
 import importlib.util
 import math
@@ -126,7 +127,9 @@ def _rank_worker(answers_path: str) -> dict:
 
     An error is returned (as text), not raised, so that the grader can tell "not done" from a bug.
     """
-    dist.init_process_group("gloo")
+    # A collective that only some ranks call waits for the others forever: give up after 20 s, so that such an
+    # answer fails with a message instead of hanging the grader (a correct answer takes well under a second).
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
     try:
         spec = importlib.util.spec_from_file_location("answers_ch08_sharding", answers_path)
         module = importlib.util.module_from_spec(spec)
@@ -153,9 +156,11 @@ def _two_ranks(answers_path: str) -> list[dict]:
         if "error" in result:
             if result["error"] == "NotImplementedError":
                 raise NotImplementedError(result["message"])
+            yours = [line.strip() for line in result["traceback"].splitlines() if answers_path in line]
             raise AssertionError(
-                f"average_gradients raised {result['error']} on rank {rank}: {result['message']}\n"
-                + result["traceback"].strip().splitlines()[-3]
+                f"average_gradients raised {result['error']} on rank {rank}: {result['message'][:300]}\n"
+                + (f"  at {yours[-1]}\n" if yours else "")
+                + "  (a collective must be called by every rank, on the same tensors, in the same order)"
             )
     return ranks
 

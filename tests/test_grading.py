@@ -1199,6 +1199,19 @@ MISTAKES = {
                     dist.broadcast(p.grad, src=0)  # every rank gets rank 0's gradient, not the mean
         """,
     ),
+    "only rank 0 joins the all-reduce": Mistake(
+        "8.3",
+        "average_gradients",
+        "test_averaged_gradients_equal_one_process_on_the_whole_batch",
+        """
+        def average_gradients(model):
+            if dist.get_rank() == 0:  # the other rank never joins: a collective needs every rank
+                for p in model.parameters():
+                    if p.grad is not None:
+                        dist.all_reduce(p.grad)
+                        p.grad /= dist.get_world_size()
+        """,
+    ),
 }
 
 
