@@ -17,12 +17,12 @@ from matplotlib.figure import Figure
 from minigpt.style import precision_color
 
 REFERENCE_COLOR = "#000000"  # a reference run: black and dashed, drawn above the runs compared with it
-STYLES = ("-", "--", ":", "-.")  # runs of the same precision differ by line style, never by colour
+STYLES = ("-", ":", "-.")  # runs of one precision differ by line style; dashed is kept for the reference
 FP16_LIMITS = ((-24, "smallest subnormal"), (-14, "smallest normal"), (math.log2(65504), "largest (65504)"))
 
 
 def line_styles(precisions: dict[str, str]) -> dict[str, str]:
-    """A line style per run: the first run of each precision solid, the next ones dashed, dotted, ...
+    """A line style per run: the first run of each precision solid, the next ones dotted, dash-dotted.
 
     So two runs share a colour only when they share a precision, and then their style tells them apart.
     """
@@ -42,7 +42,7 @@ def plot_loss_and_difference(
     The reference is drawn last, thin and dashed, so a run that lies exactly on it stays visible beneath it.
     """
     fig, (ax, ax_diff) = plt.subplots(1, 2, figsize=(11, 3.8))
-    styles = line_styles({k: v for k, v in precisions.items() if k != reference})
+    styles = line_styles({reference: precisions[reference], **precisions})  # the reference counts as the first
     for label, curve in losses.items():
         if label == reference:
             continue
