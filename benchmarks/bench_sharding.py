@@ -5,7 +5,7 @@ training step of train's own step state; the bytes of the weights, gradients and
 holds (FSDP's DTensor slices, ZeroRedundancyOptimizer's share). Predicted: `minigpt.memory.sharded_state_bytes`.
 The chapter-7 formula (weights + grads + optimizer/N, or all/N) is shown beside them: ZeRO-1 hands out whole
 parameters, so its split is only about even. Memory only, no timing: gloo on a CPU says nothing about a GPU
-interconnect. Not part of run_all (it starts 4-process jobs); run it on a quiet machine:
+interconnect. Bytes do not depend on machine load; the 30m run takes about half a minute.
 
     python -m benchmarks.bench_sharding [--quick]
 """

@@ -28,6 +28,7 @@ from benchmarks import (
     bench_memory_grid,
     bench_mfu,
     bench_precision,
+    bench_sharding,
 )
 from benchmarks.benchlib import Check, Section, machine_is_busy, machine_rows, table, token_data
 from minigpt.data import TokenData
@@ -41,6 +42,7 @@ BENCHMARKS = {
     "accumulation": bench_accumulation,
     "memory_grid": bench_memory_grid,
     "compile": bench_compile,
+    "sharding": bench_sharding,
 }
 
 
