@@ -353,6 +353,8 @@ def apply_layouts(cells: list[dict], layouts: list[Layout]) -> list[str]:
             cell.metadata["tags"] = tags
         else:
             cell.metadata.pop("tags", None)
+        for key in sorted(cell.metadata):  # keys in the order the .ipynb stores them, so .md and .ipynb agree
+            cell.metadata[key] = cell.metadata.pop(key)
         first_line = cell.source.strip().splitlines()[0][:50] if cell.source.strip() else ""
         changes.append(f"cell {index} ({first_line!r}): {before} -> {(layout.slide_type, layout.output_only)}")
     return changes
