@@ -1,27 +1,15 @@
 """Chapter 1's figures draw small fake inputs with the Agg backend, in the course colours."""
 
-import matplotlib
+import numpy as np
+import pytest
+from figure_checks import (
+    close_figures,  # noqa: F401 - an autouse fixture: figures closed after each test
+    hex_of,
+)
 
-matplotlib.use("Agg")
-
-import matplotlib.colors  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-from minigpt.figures import formats  # noqa: E402
-from minigpt.formats import format_rows  # noqa: E402
-from minigpt.style import precision_color  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
-
-
-def hex_of(color) -> str:
-    return matplotlib.colors.to_hex(color)
+from minigpt.figures import formats
+from minigpt.formats import format_rows
+from minigpt.style import precision_color
 
 
 def test_format_ranges_draw_one_normal_bar_per_format_in_its_colour():

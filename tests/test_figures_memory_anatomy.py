@@ -1,28 +1,16 @@
 """Chapter 2's figures draw small fake inputs with the Agg backend, in the course colours."""
 
-import matplotlib
+import numpy as np
+import pytest
+from figure_checks import (
+    close_figures,  # noqa: F401 - an autouse fixture: figures closed after each test
+    hex_of,
+)
 
-matplotlib.use("Agg")
-
-import matplotlib.colors  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-from minigpt.figures import memory_anatomy as figures  # noqa: E402
-from minigpt.style import mode_color, precision_color  # noqa: E402
+from minigpt.figures import memory_anatomy as figures
+from minigpt.style import mode_color, precision_color
 
 TERMS = {"weights": 1.0, "gradients": 1.0, "optimizer": 2.0, "activations": 4.0}
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
-
-
-def hex_of(color) -> str:
-    return matplotlib.colors.to_hex(color)
 
 
 def test_memory_terms_never_take_a_precisions_or_a_modes_colour():

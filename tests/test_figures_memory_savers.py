@@ -1,32 +1,16 @@
 """Chapters 5 and 6's figures draw small fake inputs with the Agg backend, in the course colours."""
 
-import matplotlib
+from figure_checks import (
+    close_figures,  # noqa: F401 - an autouse fixture: figures closed after each test
+    hexes,
+    line_colours,
+)
 
-matplotlib.use("Agg")
-
-import matplotlib.colors  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
-
-from minigpt.figures import memory_savers  # noqa: E402
-from minigpt.style import mode_color, precision_color  # noqa: E402
-from minigpt.timing import Ratio  # noqa: E402
+from minigpt.figures import memory_savers
+from minigpt.style import mode_color, precision_color
+from minigpt.timing import Ratio
 
 MODES = ("full", "sqrt", "selective")
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
-
-
-def hexes(colors) -> set[str]:
-    return {matplotlib.colors.to_hex(c) for c in colors}
-
-
-def line_colours(fig) -> set[str]:
-    return hexes(line.get_color() for ax in fig.axes for line in ax.get_lines())
 
 
 def patch_colours(ax) -> set[str]:

@@ -1,25 +1,12 @@
 """Chapters 3 and 4's figures draw small fake inputs with the Agg backend, in the course colours."""
 
-import matplotlib
+from figure_checks import (
+    close_figures,  # noqa: F401 - an autouse fixture: figures closed after each test
+    hexes,
+)
 
-matplotlib.use("Agg")
-
-import matplotlib.colors  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
-
-from minigpt.figures import mixed_precision  # noqa: E402
-from minigpt.style import precision_color  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
-
-
-def hexes(colors) -> set[str]:
-    return {matplotlib.colors.to_hex(c) for c in colors}
+from minigpt.figures import mixed_precision
+from minigpt.style import precision_color
 
 
 def history(scales, skipped):

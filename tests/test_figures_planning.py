@@ -1,25 +1,14 @@
 """Chapter 7's figures draw small fake inputs with the Agg backend, in the course colours."""
 
-import matplotlib
+import pytest
+from figure_checks import (
+    close_figures,  # noqa: F401 - an autouse fixture: figures closed after each test
+    hex_of,
+    line_colours,
+)
 
-matplotlib.use("Agg")
-
-import matplotlib.colors  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
-
-from minigpt.figures import planning  # noqa: E402
-from minigpt.style import mode_color, precision_color  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
-
-
-def line_colours(fig) -> set[str]:
-    return {matplotlib.colors.to_hex(line.get_color()) for ax in fig.axes for line in ax.get_lines()}
+from minigpt.figures import planning
+from minigpt.style import mode_color, precision_color
 
 
 def test_micro_batch_search_draws_each_mode_in_its_colour_and_the_limit():
@@ -29,7 +18,7 @@ def test_micro_batch_search_draws_each_mode_in_its_colour_and_the_limit():
     )
     (ax,) = fig.axes
     assert len(ax.get_lines()) == 4  # three modes and the card's usable memory
-    assert {matplotlib.colors.to_hex(mode_color(m)) for m in peaks} <= line_colours(fig)
+    assert {hex_of(mode_color(m)) for m in peaks} <= line_colours(fig)
     assert [t.get_text() for t in ax.get_legend().get_texts()][0] == "checkpointing none (1.00x time)"
 
 
@@ -37,7 +26,7 @@ def test_micro_batch_search_draws_each_mode_in_its_colour_and_the_limit():
 def test_training_run_is_drawn_in_its_precisions_colour(precision):
     fig = planning.plot_training_run([1, 2, 3], [9.0, 7.0, 6.0], [(3, 6.2)], 9.01, precision, "4 x 2", "t")
     train, val = fig.axes[0].get_lines()[:2]
-    assert matplotlib.colors.to_hex(train.get_color()) == matplotlib.colors.to_hex(precision_color(precision))
+    assert hex_of(train.get_color()) == hex_of(precision_color(precision))
     assert list(val.get_xdata()) == [3] and list(val.get_ydata()) == [6.2]
 
 
