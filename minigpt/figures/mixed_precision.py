@@ -11,6 +11,7 @@ import statistics
 from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
+import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
@@ -18,7 +19,13 @@ from minigpt.style import precision_color
 
 REFERENCE_COLOR = "#000000"  # a reference run: black and dashed, drawn above the runs compared with it
 STYLES = ("-", ":", "-.")  # runs of one precision differ by line style; dashed is kept for the reference
-FP16_LIMITS = ((-24, "smallest subnormal"), (-14, "smallest normal"), (math.log2(65504), "largest (65504)"))
+_FP16 = torch.finfo(torch.float16)
+# log2 of fp16's limits, read from torch: -24, -14 and log2(65504)
+FP16_LIMITS = (
+    (math.log2(_FP16.smallest_normal * _FP16.eps), "smallest subnormal"),
+    (math.log2(_FP16.smallest_normal), "smallest normal"),
+    (math.log2(_FP16.max), f"largest ({_FP16.max:.0f})"),
+)
 
 
 def line_styles(precisions: dict[str, str]) -> dict[str, str]:
@@ -94,7 +101,7 @@ def plot_gradient_histogram(log2_grads: Sequence[float], shift: int, title: str)
     for value, text in FP16_LIMITS:
         ax.axvline(value, color="black", linestyle="--", linewidth=1)
         ax.text(value + 0.3, ax.get_ylim()[1] * 0.9, text, rotation=90, va="top", fontsize=8)
-    ax.axvspan(low, -24, color="gray", alpha=0.15)
+    ax.axvspan(low, FP16_LIMITS[0][0], color="gray", alpha=0.15)
     ax.set(xlabel="log2 |gradient of a logit|  (fp32 values)", ylabel="number of entries", title=title)
     ax.legend(loc="center right")
     return fig
