@@ -1,11 +1,47 @@
+import hashlib
 import os
 import re
 
 import pytest
 
 from minigpt import corpus, files
-from minigpt.corpus import builtin_corpus_path, generate_corpus
+from minigpt.corpus import DEFAULT_CORPUS_CHARS, builtin_corpus_path, generate_corpus
 from minigpt.corpus.words import FEMALE_NAMES, MALE_NAMES
+
+# sha256 of the stories text, taken before stories.py was split into grammar.py, sentences.py and stories.py.
+# Chapter notebooks and token caches depend on this exact text: a change must bump CORPUS_VERSION.
+PINNED_STORIES = {
+    (20_000, 3): "561c67750a5fa84bc901e0e35602587ed4c654e8e17f2c6e271a47904e1e413a",
+    (250_000, 0): "04fa3943ee48b6e3829970a8b4519cf6ee51c8677e5a0a6cf80e791fb2ff3cd0",
+    (DEFAULT_CORPUS_CHARS, 0): "9b8d5b1471b5de1e9c23a4e920b0aa66d3f5574bab703780e2ccd34ad2836831",
+}
+
+
+@pytest.mark.parametrize("num_chars, seed", list(PINNED_STORIES))
+def test_stories_text_is_unchanged(num_chars, seed):
+    text = generate_corpus(num_chars, seed)
+    assert hashlib.sha256(text.encode("ascii")).hexdigest() == PINNED_STORIES[num_chars, seed]
+    assert text == generate_corpus(num_chars, seed, kind="stories")
+
+
+def test_old_import_paths_still_work():
+    from minigpt.corpus.stories import Character, StoryTeller, check_num_chars
+    from minigpt.corpus.stories import generate_corpus as stories_generate_corpus
+
+    assert stories_generate_corpus(3_000, 2) == generate_corpus(3_000, 2)
+    assert StoryTeller and Character
+    with pytest.raises(ValueError, match="num_chars"):
+        check_num_chars(-1)
+    assert corpus.CORPUS_VERSION == corpus.CORPUS_VERSIONS["stories"]
+
+
+def test_unknown_corpus_kind_is_a_clear_error(tmp_path):
+    for call in (
+        lambda: generate_corpus(100, kind="poems"),
+        lambda: builtin_corpus_path(100, cache_dir=tmp_path, kind="poems"),
+    ):
+        with pytest.raises(ValueError, match="stories, recipes"):
+            call()
 
 
 def test_same_seed_gives_same_text_and_other_seed_other_text():
@@ -81,6 +117,14 @@ def test_cache_file_is_written_once_then_reused(tmp_path, monkeypatch):
     monkeypatch.setattr(corpus, "generate_corpus", must_not_generate)
     assert builtin_corpus_path(10_000, seed=0, cache_dir=tmp_path) == path
     assert list(tmp_path.iterdir()) == [path]  # no temp files left around
+
+
+def test_each_corpus_has_its_own_cache_file_and_stories_keep_their_name(tmp_path):
+    stories = builtin_corpus_path(2_000, seed=1, cache_dir=tmp_path)
+    recipes = builtin_corpus_path(2_000, seed=1, cache_dir=tmp_path, kind="recipes")
+    assert stories.name == f"builtin-v{corpus.CORPUS_VERSION}-seed1-2000.txt"  # token caches are keyed on it
+    assert recipes.name == f"builtin-recipes-v{corpus.CORPUS_VERSIONS['recipes']}-seed1-2000.txt"
+    assert recipes.read_text() == generate_corpus(2_000, seed=1, kind="recipes") != stories.read_text()
 
 
 def test_cache_dir_defaults_to_minigpt_cache(tmp_path, monkeypatch):
