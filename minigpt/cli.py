@@ -172,7 +172,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def add_field_flag(p: argparse.ArgumentParser, name: str, **kwargs) -> None:
     """--name for the TrainConfig field `name`, with the field's own default (the one place defaults live)."""
-    from minigpt.train import TrainConfig
+    from minigpt.config import TrainConfig
 
     default = {f.name: f.default for f in fields(TrainConfig)}[name]
     if default not in (None, False):
@@ -182,12 +182,12 @@ def add_field_flag(p: argparse.ArgumentParser, name: str, **kwargs) -> None:
 
 def add_step_shape_flags(p: argparse.ArgumentParser) -> None:
     """The flags that shape one training step, shared by `minigpt train` and `minigpt memory`."""
+    from minigpt.config import TrainConfig
     from minigpt.device import SUPPORTED_DEVICE_TYPES
-    from minigpt.distributed import SHARD_MODES
     from minigpt.model import PRESETS
+    from minigpt.parallel import SHARD_MODES
     from minigpt.precision import DTYPE_ALIASES, PRECISIONS
     from minigpt.recompute import CHECKPOINTING_MODES
-    from minigpt.train import TrainConfig
 
     add_field_flag(p, "preset", choices=list(PRESETS))
     # no argparse default, so that --dtype (its alias) can tell whether --precision was given
@@ -223,8 +223,8 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
 
 def chosen_precision(args: argparse.Namespace) -> str:
     """--precision, or its alias --dtype, or TrainConfig's default; an error if the two flags disagree."""
+    from minigpt.config import TrainConfig
     from minigpt.precision import normalize_precision
-    from minigpt.train import TrainConfig
 
     if args.precision and args.dtype and normalize_precision(args.dtype) != args.precision:
         raise ValueError(f"--precision {args.precision} and --dtype {args.dtype} disagree; give one of them")
@@ -233,7 +233,7 @@ def chosen_precision(args: argparse.Namespace) -> str:
 
 def train_config_from_args(args: argparse.Namespace):
     """Turn parsed flags into a TrainConfig (which validates them before any work starts)."""
-    from minigpt.train import TrainConfig
+    from minigpt.config import TrainConfig
 
     flags = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}
     return TrainConfig(**{**flags, "precision": chosen_precision(args)}, verbose=not args.json)
@@ -325,8 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("formats", help="the floating-point formats table")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_formats)
-    from minigpt.distributed import SHARD_MODES
     from minigpt.hardware import HARDWARE
+    from minigpt.parallel import SHARD_MODES
     from minigpt.plan import PLAN_MODELS
 
     p = sub.add_parser("memory", help="memory of one training step: predicted, and measured with --measure")

@@ -14,9 +14,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from minigpt.loss import IGNORE_INDEX, cross_entropy_fp32  # noqa: F401 - IGNORE_INDEX: part of the model's API
+
 # The default tokenizer has 8192 tokens (8191 BPE tokens + <|endoftext|>), already a multiple of 64.
 DEFAULT_VOCAB_SIZE = 8192
-IGNORE_INDEX = -100  # targets with this value do not count in the loss (padding)
 
 
 @dataclass(frozen=True)
@@ -207,14 +208,7 @@ class GPT(nn.Module):
         logits = self.lm_head(self.final_norm(x))
         if targets is None:
             return logits, None
-        # Upcast to fp32 before softmax: the loss of a low-precision model is still computed in fp32.
-        loss = F.cross_entropy(
-            logits.float().view(-1, logits.size(-1)),
-            targets.reshape(-1),
-            ignore_index=IGNORE_INDEX,
-            reduction=reduction,
-        )
-        return logits, loss
+        return logits, cross_entropy_fp32(logits, targets, reduction)  # upcast to fp32 before the softmax
 
     @torch.no_grad()
     def generate(

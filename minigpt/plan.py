@@ -19,11 +19,16 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 from minigpt import memory
-from minigpt.distributed import check_shard_mode
 from minigpt.hardware import GIB, Hardware, choose_precision, get_hardware, gib
 from minigpt.model import COURSE_PRESETS, PRESETS, ModelConfig, count_params
+from minigpt.parallel import check_shard_mode
 from minigpt.precision import static_bytes_per_param
 from minigpt.recompute import CHECKPOINTING_MODES
+from minigpt.step_time import (  # noqa: F401 - re-exported: chapters import them from here
+    SELECTIVE_RECOMPUTE_SHARE,
+    forward_flops_per_token,
+    relative_step_time,
+)
 
 # Models too large for one GPU, to plan only (nobody trains them in this course): this architecture (tied
 # embedding, SwiGLU 8/3 wide, RMSNorm, RoPE) at Llama 2 7B's shape, 32 layers of width 4096 with a 32000-token
@@ -32,37 +37,6 @@ LARGE_MODELS: dict[str, ModelConfig] = {
     "7b": ModelConfig(n_layer=32, n_head=32, n_embd=4096, ctx=4096, vocab_size=32000)
 }
 PLAN_MODELS: dict[str, ModelConfig] = {**PRESETS, **LARGE_MODELS}
-
-# ----------------------------------------------------------------------------------------------------------
-# Time cost of checkpointing, from a FLOP model
-
-# FLOP model: backward costs 2 forwards (gradients for the inputs and for the weights). Checkpointing "full"
-# and "sqrt" recompute every block's forward once during backward; "selective" recomputes only the
-# elementwise ops (norms, rotary, SiLU, products), ~0% of the FLOPs but memory-bound, so they take more
-# time than their FLOPs say. ASSUMPTION (a rule of thumb, not measured here): a fifth of a block's time.
-SELECTIVE_RECOMPUTE_SHARE = 0.2
-
-
-def forward_flops_per_token(cfg: ModelConfig, ctx: int) -> dict[str, float]:
-    """Forward FLOPs per token: the blocks (matmuls + causal attention) and the output head (2 per MAC)."""
-    C, H = cfg.n_embd, cfg.mlp_hidden
-    matmuls = 2 * (4 * C * C + 3 * C * H)  # qkv + proj, gate + up + down
-    attention = 2 * 2 * C * ctx / 2  # q.k and p.v; causal: a token sees ctx/2 positions on average
-    return {"blocks": cfg.n_layer * (matmuls + attention), "head": 2 * C * cfg.vocab_size}
-
-
-def relative_step_time(cfg: ModelConfig, ctx: int, checkpointing: str) -> float:
-    """Step time relative to no checkpointing: (forward 1 + backward 2 + recomputed part of forward) / 3."""
-    flops = forward_flops_per_token(cfg, ctx)
-    blocks_share = flops["blocks"] / (flops["blocks"] + flops["head"])  # the head is never recomputed
-    recomputed = {
-        "none": 0.0,
-        "full": blocks_share,
-        "sqrt": blocks_share,
-        "selective": SELECTIVE_RECOMPUTE_SHARE * blocks_share,
-    }[checkpointing]
-    return (1 + 2 + recomputed) / 3
-
 
 # ----------------------------------------------------------------------------------------------------------
 # The plan

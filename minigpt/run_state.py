@@ -19,9 +19,8 @@ import signal
 import threading
 import zipfile
 from collections.abc import Iterator
-from dataclasses import asdict
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 import numpy as np
 import torch
@@ -33,8 +32,6 @@ try:
 except ImportError:  # pragma: no cover - exercised on Windows only
     fcntl = None
 
-if TYPE_CHECKING:  # train imports this module; these names are for the type hints only
-    from minigpt.train import StepState, TrainConfig, TrainResult
 
 FORMAT = "minigpt-checkpoint"
 VERSION = 1
@@ -270,87 +267,46 @@ class RunFolder:
                 return lock
             lock.close()
 
-    def save(
-        self,
-        cfg: TrainConfig,
-        state: StepState,
-        result: TrainResult,
-        data_gen: torch.Generator,
-        whole: dict | None = None,
-    ) -> Path:
-        """Checkpoint everything the loop needs to continue after len(result.history) steps.
+    def save(self, snapshot: dict) -> Path:
+        """Write a checkpoint (a dict holding at least "step") atomically; the previous one survives a failure.
 
-        `whole` replaces the model, master and optimizer entries when they are split over processes
-        (--shard): what train.gather_checkpoint put together, in the format one process writes.
-        If the write fails (a full disk, say) the previous checkpoint is left as it was.
+        If the write fails (a full disk, say) the previous checkpoint is left as it was and CheckpointError
+        says so.
         """
-        master = state.master
-        snapshot = {
-            "model": state.model.state_dict(),
-            "master": [m.detach() for m in master.params] if master else None,
-            "optimizer": state.optimizer.state_dict() if whole is None else None,
-            "scheduler": state.scheduler.state_dict(),
-            "scaler": state.scaler.state_dict() if state.scaler is not None else None,
-            "rng": rng_state(data_gen),
-            "step": len(result.history),
-            "history": result.history,
-            "val_history": result.val_history,
-            "train_config": asdict(cfg),
-            "model_config": state.model.cfg.to_dict(),
-        }
-        if whole is not None:
-            snapshot.update(whole)
         try:
             path = save_checkpoint(snapshot, self.checkpoint)
         except OSError as err:
             kept = "no earlier checkpoint" if self.saved_step is None else f"the step-{self.saved_step} checkpoint"
             raise CheckpointError(
-                f"could not save {self.checkpoint} at step {len(result.history)} ({err.strerror or err}); "
+                f"could not save {self.checkpoint} at step {snapshot['step']} ({err.strerror or err}); "
                 f"{kept} is left as it was. Free some space (or fix the folder), then resume with --resume"
             ) from None
-        self.saved_step = len(result.history)
+        self.saved_step = snapshot["step"]
         return path
 
-    def load(self, cfg: TrainConfig) -> dict:
-        """The checkpoint to resume from, after checking it fits `cfg` (before any slow work starts)."""
+    def load(self, train_config: dict, steps: int) -> dict:
+        """The checkpoint to resume from, after checking it fits the run's settings (before any slow work)."""
         saved = load_checkpoint(self.checkpoint)
-        differ = resume_mismatches(saved.get("train_config", {}), asdict(cfg))
+        differ = resume_mismatches(saved.get("train_config", {}), train_config)
         if differ:
             raise ValueError(
                 f"cannot resume {self.path} with different settings: {'; '.join(differ)}. Resume with the saved "
                 "settings, or choose another --out for a new run"
             )
-        if saved["step"] > cfg.steps:
+        if saved["step"] > steps:
             raise ValueError(
-                f"{self.checkpoint} is at step {saved['step']}, past --steps {cfg.steps}; "
+                f"{self.checkpoint} is at step {saved['step']}, past --steps {steps}; "
                 f"pass --steps {saved['step']} or more"
             )
         self.saved_step = saved["step"]
         return saved
 
-    def restore(self, saved: dict, state: StepState, result: TrainResult, data_gen: torch.Generator) -> int:
-        """Put a loaded checkpoint into the step state, the history and the RNGs; return the step to continue from."""
-        try:
-            state.model.load_state_dict(saved["model"])
-        except RuntimeError as err:  # shapes that do not fit: a checkpoint from another model
-            raise CheckpointError(
-                f"{self.checkpoint} holds a different model ({first_line(str(err), 100)}); "
-                "resume with its settings, or choose another --out"
-            ) from None
-        if state.master:
-            for (_, m), value in zip(state.master.pairs, saved["master"]):
-                m.data.copy_(value)
-        state.optimizer.load_state_dict(saved["optimizer"])
-        state.scheduler.load_state_dict(saved["scheduler"])
-        if state.scaler is not None:
-            state.scaler.load_state_dict(saved["scaler"])
-        set_rng_state(saved["rng"], data_gen)
-        result.history, result.val_history = saved["history"], [tuple(v) for v in saved["val_history"]]
-        return saved["step"]
-
-    def resume(self, cfg: TrainConfig, state: StepState, result: TrainResult, data_gen: torch.Generator) -> int:
-        """load() then restore(): continue the saved run; return the step to continue from."""
-        return self.restore(self.load(cfg), state, result, data_gen)
+    def different_model(self, err: Exception) -> CheckpointError:
+        """The error for a checkpoint whose model does not fit the one this run builds."""
+        return CheckpointError(
+            f"{self.checkpoint} holds a different model ({first_line(str(err), 100)}); "
+            "resume with its settings, or choose another --out"
+        )
 
     def open_log(self, history: list[dict]) -> IO[str]:
         """log.jsonl, rewritten from `history` (the checkpoint's, on resume) and left open for appending."""

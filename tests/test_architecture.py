@@ -65,3 +65,60 @@ def test_no_module_imports_from_a_layer_above_its_own():
         if target in layer and layer[target] > layer[module]
     )
     assert not upward, "imports against the layering of docs/ARCHITECTURE.md:\n" + "\n".join(upward)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """{module path: the minigpt modules it names in an import}, inside functions and TYPE_CHECKING too.
+
+    (A package's __init__.py importing its own modules is not a circle: Python runs it before them.)
+    """
+    modules = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "minigpt").rglob("*.py"))
+    return {m: imported_modules(ROOT / m) - {m} for m in modules}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as [a, b, ..., a], or None: a depth-first search that meets a module on its own path."""
+    done, path = set(), []
+
+    def visit(node: str) -> list[str] | None:
+        if node in path:
+            return path[path.index(node) :] + [node]
+        if node in done:
+            return None
+        path.append(node)
+        for target in sorted(graph.get(node, ())):
+            cycle = visit(target)
+            if cycle:
+                return cycle
+        path.pop()
+        done.add(node)
+        return None
+
+    for node in sorted(graph):
+        cycle = visit(node)
+        if cycle:
+            return cycle
+    return None
+
+
+def test_find_cycle_finds_a_planted_cycle():
+    # the checker itself: a three-module circle is found, a chain is not
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_circle_inside_the_package():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "an import circle inside minigpt/: " + " -> ".join(cycle or [])
+
+
+MAX_MODULE_LINES = 500  # a module a learner reads in one sitting
+
+
+def test_every_module_is_at_most_500_lines():
+    long = {
+        p.relative_to(ROOT).as_posix(): n
+        for p in (ROOT / "minigpt").rglob("*.py")
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"split these modules (at most {MAX_MODULE_LINES} lines each): {long}"

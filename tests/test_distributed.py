@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from minigpt.distributed import measure_rank_state_bytes, spawn_on_cpu
-from minigpt.memory.estimate import sharded_state_bytes
+from minigpt.memory.static_state import sharded_state_bytes
 from minigpt.model import get_config
 from minigpt.train import TrainConfig, train_and_report
 

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from minigpt import memory, train
+from minigpt import memory, step, train
 from minigpt.model import count_params, get_config
 from minigpt.precision import PRECISIONS, static_bytes_per_param
 from minigpt.recompute import CHECKPOINTING_MODES, sqrt_segments
@@ -182,10 +182,10 @@ def test_predicted_peak_and_transients_match_the_measured_step(precision, mode, 
 
 
 def test_measure_meters_the_step_train_itself_runs(monkeypatch):
-    """measure() runs train.forward_backward and train.optimizer_step (with the TrainConfig's grad_clip),
+    """measure() runs step.forward_backward and step.optimizer_step (with the TrainConfig's grad_clip),
     not a copy of them: what train's step holds during AdamW's step shows in the measured numbers."""
     plain = measured("tiny", "fp32", "none", *SHAPES["tiny"])
-    calls, real_forward_backward, real_optimizer_step = [], train.forward_backward, train.optimizer_step
+    calls, real_forward_backward, real_optimizer_step = [], step.forward_backward, step.optimizer_step
     scratch_bytes = 2**20
 
     def forward_backward(*args, **kwargs):
@@ -199,8 +199,8 @@ def test_measure_meters_the_step_train_itself_runs(monkeypatch):
         del scratch
         return result
 
-    monkeypatch.setattr(train, "forward_backward", forward_backward)
-    monkeypatch.setattr(train, "optimizer_step", optimizer_step)
+    monkeypatch.setattr(step, "forward_backward", forward_backward)
+    monkeypatch.setattr(step, "optimizer_step", optimizer_step)
     with_scratch = memory.measure(get_config("tiny"), *SHAPES["tiny"])
     assert calls == ["forward_backward", ("optimizer_step", train.TrainConfig().grad_clip)]
     assert with_scratch.optimizer_step - plain.optimizer_step == scratch_bytes
@@ -304,7 +304,7 @@ def test_memory_snapshot_without_cuda_says_what_to_use():
 
 @pytest.mark.parametrize("preset", ["tiny", "10m"])
 def test_parameter_shapes_are_the_models_in_its_order(preset):
-    from minigpt.memory.estimate import parameter_shapes
+    from minigpt.memory.static_state import parameter_shapes
     from minigpt.model import GPT
 
     cfg = get_config(preset)
@@ -331,7 +331,7 @@ def test_sharded_state_bytes_follow_the_zero_formulas(precision, master):
 
 def test_sharded_state_bytes_counts_uneven_splits():
     """3 processes: FSDP's last shard of a dim 0 that 3 does not divide is shorter; ZeRO-1 never splits a parameter."""
-    from minigpt.memory.estimate import fsdp_shard_params, zero1_partition
+    from minigpt.memory.static_state import fsdp_shard_params, zero1_partition
     from minigpt.model import ModelConfig
 
     cfg = ModelConfig(n_layer=1, n_head=2, n_embd=36, ctx=16, vocab_size=1001)  # 1001 = 3 x 333 + 2

@@ -163,13 +163,13 @@ def test_full_disk_while_saving_keeps_the_old_checkpoint(tmp_path, monkeypatch):
 
     from minigpt.model import get_config
     from minigpt.run_state import RunFolder
-    from minigpt.train import TrainConfig, TrainResult, build_step_state
+    from minigpt.train import TrainConfig, TrainResult, build_step_state, checkpoint_snapshot
 
     cfg = TrainConfig(preset="tiny", ctx=16, steps=4, out=str(tmp_path), verbose=False)
     state = build_step_state(get_config("tiny"), cfg, torch.device("cpu"))
     result = TrainResult(cfg, state.model, history=[{"step": 1}])
     run, data_gen = RunFolder(tmp_path), torch.Generator().manual_seed(0)
-    run.save(cfg, state, result, data_gen)
+    run.save(checkpoint_snapshot(cfg, state, result, data_gen))
     before = run.checkpoint.read_bytes()
 
     def disk_full(obj, f):
@@ -179,7 +179,7 @@ def test_full_disk_while_saving_keeps_the_old_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "save", disk_full)
     result.history.append({"step": 2})
     with pytest.raises(CheckpointError, match=r"could not save .* at step 2 \(No space left on device\); the step-1"):
-        run.save(cfg, state, result, data_gen)
+        run.save(checkpoint_snapshot(cfg, state, result, data_gen))
     monkeypatch.undo()
     assert run.checkpoint.read_bytes() == before  # the old checkpoint, byte for byte
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]  # and no temp file

@@ -410,13 +410,13 @@ def test_compiled_training_matches_eager(markov_data, precision, checkpointing):
 
 
 def test_compile_refuses_where_it_cannot_work(monkeypatch):
-    from minigpt import train as train_module
+    from minigpt import step
 
-    monkeypatch.setattr(train_module.shutil, "which", lambda name: None)
+    monkeypatch.setattr(step.shutil, "which", lambda name: None)
     with pytest.raises(ValueError, match="C\\+\\+ compiler"):
-        train_module.check_compile(CPU)
+        step.check_compile(CPU)
     with pytest.raises(ValueError, match="mps"):
-        train_module.check_compile(torch.device("mps"))
+        step.check_compile(torch.device("mps"))
 
 
 class FakeClock:

@@ -27,8 +27,8 @@ from minigpt.memory import estimate, measure
 from minigpt.model import GPT, IGNORE_INDEX, get_config
 from minigpt.plan import relative_step_time
 from minigpt.recompute import CHECKPOINTING_MODES, sqrt_segments
+from minigpt.step import forward_backward
 from minigpt.style import mode_color
-from minigpt.train import forward_backward
 
 # ----------------------------------------------------------------------------------------------------------
 # Gradient accumulation

@@ -30,8 +30,8 @@ from minigpt.formats import format_rows, round_trip, short_name
 from minigpt.memory import measure
 from minigpt.model import GPT, get_config
 from minigpt.precision import param_dtype, probe_precision, static_bytes_per_param
+from minigpt.step import forward_backward
 from minigpt.style import precision_color
-from minigpt.train import forward_backward
 
 
 def low_precision_training_scale(quick: bool) -> Scale:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from minigpt.demos.common import MIB, conclude, mib, pyplot, save_figure, show_table
 from minigpt.distributed import SHARD_MODES, measure_rank_state_bytes
-from minigpt.memory.estimate import sharded_state_bytes
+from minigpt.memory.static_state import sharded_state_bytes
 from minigpt.model import count_params, get_config
 from minigpt.style import MODE_COLORS, PRECISION_COLORS
 

@@ -1,0 +1,159 @@
+"""Two meters of a step's memory: what autograd saves for backward, and what is alive op by op.
+
+SavedTensorMeter is a saved_tensors_hooks context: every tensor autograd saves passes through it, and it
+counts each storage once (views share one). LiveTensorTracker is a TorchDispatchMode: it sees every op's
+outputs, follows each storage until it is freed, and records the largest live bytes per category and phase.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class SavedTensorMeter(torch.autograd.graph.saved_tensors_hooks):
+    """Records the storages autograd saves for backward, each once (views share a storage).
+
+    Parameters and buffers are left out (they exist anyway). It also sees the inputs that non-reentrant
+    checkpointing keeps (checkpoint saves them under the hooks active outside it), but not what
+    selective checkpointing caches: that policy keeps op outputs in a dict, not through autograd.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        skip = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
+        self._saved: dict[int, tuple[StorageWeakRef, int]] = {}  # storage address -> (weak ref, bytes)
+        self.enabled = True
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            storage = t.untyped_storage()
+            ptr = storage.data_ptr()
+            if self.enabled and ptr not in skip and (ptr not in self._saved or self._saved[ptr][0].expired()):
+                self._saved[ptr] = (StorageWeakRef(storage), storage.nbytes())
+            # The meter only looks. A detached alias of the same storage, not t itself: when t is the
+            # op's own output (exp, softmax), keeping t would tie the graph into a reference cycle that
+            # is never freed unless backward runs (a forward-only measurement would leak its graph).
+            return t.detach()
+
+        super().__init__(pack, lambda t: t)
+
+    def alive(self) -> dict[int, int]:
+        """{address: bytes} of the saved storages still alive (a saved tensor can die with its graph)."""
+        return {ptr: n for ptr, (ref, n) in self._saved.items() if not ref.expired()}
+
+
+def _tensors(x):
+    """The tensors in an op's arguments or results (nested tuples, lists and dicts)."""
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, (tuple, list)):
+        for item in x:
+            yield from _tensors(item)
+    elif isinstance(x, dict):
+        for item in x.values():
+            yield from _tensors(item)
+
+
+class LiveTensorTracker(TorchDispatchMode):
+    """Sees every op, and records each new storage it makes: bytes, when born, when freed, in which phase.
+
+    "clock" counts ops. A storage's death is noticed through a weak reference, checked whenever an op
+    makes a new storage (only then can memory grow). Tensors made before the tracker starts (weights,
+    the batch) are not in it; views and in-place results are not new storages. After stop(), the
+    records stay as they were: what was alive then counts as alive at the end.
+    """
+
+    def __init__(self, params: list[torch.Tensor], device_type: str) -> None:
+        super().__init__()
+        self.device_type = device_type  # storages elsewhere (AdamW's step counters on the host) are left out
+        self.param_ptrs = {p.untyped_storage().data_ptr() for p in params}
+        self.clock = 0
+        self.phases: list[tuple[int, str]] = [(1, "forward")]  # (first op of the phase, its name)
+        self.records: list[dict] = []
+        self._live: dict[int, tuple[StorageWeakRef, dict]] = {}
+        self.stopped = False
+
+    @property
+    def phase(self) -> str:
+        return self.phases[-1][1]
+
+    def set_phase(self, name: str) -> None:
+        if name != self.phase:
+            self.sweep(died=self.clock + 1)
+            self.phases.append((self.clock + 1, name))
+
+    def live_records(self) -> set[int]:
+        """Indices (in self.records) of the storages alive now."""
+        self.sweep(died=self.clock + 1)
+        return {rec["index"] for _, rec in self._live.values()}
+
+    def stop(self) -> None:
+        """The end of the metered step: note what has been freed, then record nothing more."""
+        self.sweep(died=self.clock + 1)
+        self.stopped = True
+
+    def sweep(self, died: int) -> None:
+        """Mark the storages freed since the last sweep as gone before op number `died`."""
+        if self.stopped:
+            return
+        expired = torch.UntypedStorage._expired  # what StorageWeakRef.expired() calls, minus two wrappers
+        for ptr in [p for p, (ref, _) in self._live.items() if expired(ref.cdata)]:
+            self._live.pop(ptr)[1]["died"] = died
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.stopped:
+            return func(*args, **(kwargs or {}))
+        self.clock += 1
+        out = func(*args, **(kwargs or {}))
+        inputs = {t.untyped_storage().data_ptr() for t in _tensors((args, kwargs))}
+        new = [
+            t
+            for t in _tensors(out)
+            if t.device.type == self.device_type
+            and t.untyped_storage().nbytes()
+            and t.untyped_storage().data_ptr() not in inputs
+        ]  # not a view or in-place result of an input
+        if not new:
+            return out
+        # Memory only grows when an op makes a storage: that is when to look for what was freed before it.
+        self.sweep(died=self.clock)
+        for t in new:
+            storage = t.untyped_storage()
+            ptr = storage.data_ptr()
+            if ptr in self._live:
+                continue  # a second view of a storage this op already made
+            rec = {
+                "index": len(self.records),
+                "ptr": ptr,
+                "bytes": storage.nbytes(),
+                "shape": tuple(t.shape),
+                "born": self.clock,
+                "died": None,
+                "phase": self.phase,
+                # autocast's copy of a weight: a cast whose input is a parameter
+                "weight_copy": func is torch.ops.aten._to_copy.default and bool(inputs & self.param_ptrs),
+            }
+            self.records.append(rec)
+            self._live[ptr] = (StorageWeakRef(storage), rec)
+        return out
+
+    def timeline(self, category_of) -> tuple[dict[str, int], dict[str, int]]:
+        """Largest live bytes of each category, and of all tracked storages in each phase, over the step."""
+        self.sweep(died=self.clock + 1)
+        births, deaths = {}, {}
+        for rec in self.records:
+            births.setdefault(rec["born"], []).append(rec)
+            if rec["died"] is not None:
+                deaths.setdefault(rec["died"], []).append(rec)
+        phase_starts = dict(self.phases)
+        live, maxima, phase_max, total, phase = {}, {}, {}, 0, "forward"
+        for clock in range(1, self.clock + 1):
+            phase = phase_starts.get(clock, phase)
+            events = [(r, -1) for r in deaths.get(clock, [])] + [(r, 1) for r in births.get(clock, [])]
+            for rec, sign in events:  # frees before this op, then what this op made
+                cat = category_of(rec)
+                live[cat] = live.get(cat, 0) + sign * rec["bytes"]
+                maxima[cat] = max(maxima.get(cat, 0), live[cat])
+                total += sign * rec["bytes"]
+            phase_max[phase] = max(phase_max.get(phase, 0), total)
+        return maxima, phase_max

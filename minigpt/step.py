@@ -1,0 +1,248 @@
+"""One optimizer step, and nothing else: the state it touches, forward+backward over a window, the update.
+
+One optimizer step ("a window") is:
+  1. forward + backward on `accum` micro-batches, each loss divided by the number of target tokens in
+     the WHOLE window, so the summed gradients equal those of one big batch;
+  2. (fp16) unscale the gradients, then clip their norm, then step the optimizer; a step the GradScaler
+     skips because of inf/NaN gradients does not advance the learning-rate schedule;
+  3. zero the gradients (set_to_none frees their memory until the next backward).
+Under torchrun each process takes its own slice of the window's micro-batches and DDP averages the
+gradients, syncing only on the last micro-batch; --shard zero1 / fsdp split the state (minigpt.parallel).
+No files and no printing here: the loop (minigpt.train) and the meters (minigpt.memory) both run this step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from minigpt import parallel
+from minigpt.config import TrainConfig, lr_at
+from minigpt.data import TokenData
+from minigpt.model import GPT, IGNORE_INDEX, ModelConfig
+from minigpt.optim import MasterWeights, make_optimizer
+from minigpt.precision import autocast_context
+
+
+def check_compile(device: torch.device) -> None:
+    """Raise ValueError where torch.compile cannot work: no C++ compiler for CPU kernels, or an Apple GPU."""
+    if device.type == "mps":
+        raise ValueError("--compile: torch.compile for Apple GPUs (mps) is a prototype in PyTorch; train without it")
+    if device.type == "cpu" and not any(shutil.which(c) for c in ("g++", "c++", "clang++", "cl")):
+        raise ValueError(
+            "--compile on the CPU needs a C++ compiler on the PATH (g++ or clang++; on Windows, MSVC's cl): "
+            "install one, or train without --compile"
+        )
+
+
+def forward_backward(
+    model: nn.Module,
+    micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
+    device: torch.device,
+    precision: str,
+    scaler: torch.amp.GradScaler | None = None,
+) -> torch.Tensor:
+    """Accumulate the gradients of one window; return the window's mean loss per target token.
+
+    Each micro-batch's summed loss is divided by the number of counted targets in the whole window
+    (across all processes under DDP), not averaged per micro-batch: a mean of per-micro-batch means
+    over-weights the tokens of short (padded) micro-batches. The loss comes back as a 0-dim tensor on
+    `device`: float(loss) reads it, and on a GPU that waits until the queued work is done.
+    """
+    n_tokens = sum(int((y != IGNORE_INDEX).sum()) for _, y in micro_batches)
+    n_tokens, world = parallel.sum_across_processes(n_tokens), parallel.world_size()
+    if n_tokens == 0:
+        raise ValueError("every target in this window is IGNORE_INDEX: nothing to learn from")
+    summed_losses = []
+    for i, (x, y) in enumerate(micro_batches):
+        is_last = i == len(micro_batches) - 1
+        # Under DDP or FSDP, skip the gradient all-reduce on every micro-batch but the last. no_sync must be
+        # entered before the forward pass: DDP prepares its reduction hooks there.
+        sync = contextlib.nullcontext() if is_last else parallel.no_gradient_sync(model)
+        with sync:
+            with autocast_context(device, precision):  # forward and loss only; backward follows by itself
+                _, summed = model(x.to(device), y.to(device), reduction="sum")
+            # DDP (and FSDP) average over processes, so multiply back by the world size to get a global sum.
+            loss = summed * world / n_tokens
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+        # Kept on the device: summed.item() here would make the CPU wait for the GPU every micro-batch.
+        summed_losses.append(summed.detach())
+    return parallel.sum_across_processes(torch.stack(summed_losses).sum()) / n_tokens
+
+
+@dataclass
+class StepState:
+    """Everything an optimizer step touches: the model and what updates it."""
+
+    model: GPT
+    optimizer: torch.optim.AdamW
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scaler: torch.amp.GradScaler | None  # fp16 only
+    master: MasterWeights | None  # bf16-pure with master_weights only
+    forward: nn.Module  # what runs the forward: the model, or torch.compile(model) (same parameters)
+
+    @property
+    def train_params(self) -> list[torch.Tensor]:
+        """The tensors AdamW updates: the fp32 master copies if there are any, else the model's own."""
+        return self.master.params if self.master else list(self.model.parameters())
+
+
+def build_step_state(model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device) -> StepState:
+    """The model (seeded init, checkpointing mode, dtype for the precision) and its optimizer, schedule, scaler."""
+    model = GPT(model_cfg, seed=cfg.seed).to(device)
+    model.checkpointing = cfg.checkpointing
+    if cfg.precision == "bf16-pure":
+        model.to(torch.bfloat16)  # weights, and so gradients and AdamW state, all in bf16
+    fsdp = cfg.shard == "fsdp" and parallel.world_size() > 1
+    if fsdp:  # before the optimizer and the master copies: they must see the sharded parameters
+        parallel.shard_model(model)
+    master = MasterWeights(model) if cfg.master_weights else None
+    optimizer = make_optimizer(master.params if master else list(model.parameters()), cfg)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s, cfg))
+    scaler = None
+    if cfg.precision == "fp16":  # under FSDP each process sees only its slice of the gradients: the scaler
+        # must agree over all processes whether any slice overflowed, which ShardedGradScaler does
+        scaler = parallel.sharded_grad_scaler(device.type) if fsdp else torch.amp.GradScaler(device.type)
+    forward = torch.compile(model) if cfg.compile else model
+    return StepState(model, optimizer, scheduler, scaler, master, forward)
+
+
+def optimizer_step(state: StepState, grad_clip: float) -> tuple[torch.Tensor, float, float | None, bool]:
+    """Unscale (fp16), clip, step AdamW, advance the schedule unless the step was skipped, zero the grads.
+
+    Returns (grad norm before clipping as a 0-dim tensor on the device, lr used, loss scale used or None,
+    whether the step was skipped).
+    """
+    optimizer, scaler = state.optimizer, state.scaler
+    if state.master:
+        state.master.grads_to_master()
+    if scaler is not None:
+        scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+    clip = grad_clip if grad_clip > 0 else float("inf")
+    grad_norm = parallel.full_tensor(torch.nn.utils.clip_grad_norm_(state.train_params, clip))  # FSDP: a DTensor
+    lr = state.scheduler.get_last_lr()[0]
+    if scaler is not None:
+        scale = scaler.get_scale()
+        scaler.step(optimizer)  # skipped if the gradients hold inf/NaN
+        scaler.update()  # halves the scale after a skip, grows it after 2000 clean steps
+        skipped = scaler.get_scale() < scale
+    else:
+        scale, skipped = None, False
+        optimizer.step()
+    if not skipped:
+        state.scheduler.step()  # a skipped step is not a step of the schedule
+    optimizer.zero_grad(set_to_none=True)  # frees the gradients' memory until the next backward
+    if state.master:
+        state.master.master_to_model()
+    return grad_norm, lr, scale, bool(skipped)
+
+
+def train_step(
+    state: StepState,
+    micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
+    device: torch.device,
+    precision: str,
+    grad_clip: float = 1.0,
+    module: nn.Module | None = None,
+) -> dict:
+    """One optimizer step on one window of micro-batches: forward_backward, then optimizer_step.
+
+    `module` is what runs the forward: the DDP wrapper under torchrun (default: state.forward, the model or its
+    compiled version).
+    """
+    loss = forward_backward(state.forward if module is None else module, micro_batches, device, precision, state.scaler)
+    grad_norm, lr, scale, skipped = optimizer_step(state, grad_clip)
+    # Read loss and grad norm only now, with the whole step queued: each read waits for the GPU to catch up,
+    # and a wait in mid-step leaves the GPU idle while the CPU queues the rest (fp16's scaler still waits).
+    return {"loss": loss.item(), "lr": lr, "grad_norm": grad_norm.item(), "scale": scale, "skipped": skipped}
+
+
+def window_micro_batches(
+    data: TokenData, cfg: TrainConfig, gen: torch.Generator, rank: int = 0, world: int = 1
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """This process's micro-batches of the next window: `accum` pairs (x, y) of `batch` sequences each.
+
+    Every process draws the same window of batch * accum * world sequences and takes its own slice, so the
+    effective batch is the same sequences whatever the number of processes.
+    """
+    n_window = cfg.batch * cfg.accum
+    x, y = data.get_batch("train", n_window * world, cfg.ctx, gen)
+    x, y = x[rank * n_window : (rank + 1) * n_window], y[rank * n_window : (rank + 1) * n_window]
+    return list(zip(x.split(cfg.batch), y.split(cfg.batch)))
+
+
+def gather_checkpoint(state: StepState) -> dict:
+    """The model, master copies and optimizer state, whole, as one process would save them (every process calls this).
+
+    Process 0 gets everything; under zero1 the others get optimizer None (ZeroRedundancyOptimizer
+    consolidates on process 0 only).
+    """
+    return {
+        "model": parallel.full_model_state(state.model),
+        "master": [parallel.full_tensor(m).cpu() for m in state.master.params] if state.master else None,
+        "optimizer": parallel.full_optimizer_state(state.optimizer),
+    }
+
+
+def shard_checkpoint(saved: dict, state: StepState) -> dict:
+    """A whole checkpoint cut the way this process's step state is (FSDP: each keeps its slices); else unchanged."""
+    model_now = state.model.state_dict()
+    params = [p for group in state.optimizer.param_groups for p in group["params"]]  # AdamW's order of indices
+    cut = dict(saved)
+    cut["model"] = {k: parallel.shard_like(v, model_now.get(k, v)) for k, v in saved["model"].items()}
+    if state.master and saved["master"] is not None:
+        cut["master"] = [parallel.shard_like(v, m) for v, m in zip(saved["master"], state.master.params)]
+    cut["optimizer"] = parallel.shard_optimizer_state_like(saved["optimizer"], params)
+    return cut
+
+
+def unsharded_model(model: GPT, cfg: TrainConfig, device: torch.device) -> GPT:
+    """A plain GPT holding the whole weights of an FSDP-sharded one (every process must call this)."""
+    whole = GPT(model.cfg, seed=cfg.seed).to(device)
+    if cfg.precision == "bf16-pure":
+        whole.to(torch.bfloat16)
+    whole.load_state_dict(parallel.full_model_state(model))
+    return whole
+
+
+class DifferentModel(ValueError):
+    """A checkpoint's model has other names or shapes than the one this config builds."""
+
+
+def step_checkpoint(state: StepState, whole: dict | None = None) -> dict:
+    """What a checkpoint holds of the step: model, master copies, optimizer, schedule and scaler states.
+
+    `whole` (gather_checkpoint's, under --shard) replaces the model, master and optimizer entries, which this
+    process holds only a slice of.
+    """
+    entries = {
+        "scheduler": state.scheduler.state_dict(),
+        "scaler": state.scaler.state_dict() if state.scaler is not None else None,
+    }
+    if whole is not None:
+        return {**whole, **entries}
+    return {
+        "model": state.model.state_dict(),
+        "master": [m.detach() for m in state.master.params] if state.master else None,
+        "optimizer": state.optimizer.state_dict(),
+        **entries,
+    }
+
+
+def restore_step(state: StepState, saved: dict) -> None:
+    """Load step_checkpoint's entries back into `state`; DifferentModel if the saved model has other shapes."""
+    try:
+        state.model.load_state_dict(saved["model"])
+    except RuntimeError as err:  # shapes that do not fit: a checkpoint from another model
+        raise DifferentModel(str(err)) from None
+    if state.master:
+        for (_, m), value in zip(state.master.pairs, saved["master"]):
+            m.data.copy_(value)
+    state.optimizer.load_state_dict(saved["optimizer"])
+    state.scheduler.load_state_dict(saved["scheduler"])
+    if state.scaler is not None:
+        state.scaler.load_state_dict(saved["scaler"])
