@@ -117,14 +117,14 @@ def test_damaged_checkpoint_bytes_are_caught_or_harmless(tmp_path):
     with a one-line CheckpointError or loads exactly the saved state. Never a silently different state."""
     from minigpt.model import ModelConfig
     from minigpt.run_state import RunFolder
-    from minigpt.train import TrainConfig, TrainResult, build_step_state
+    from minigpt.train import TrainConfig, TrainResult, build_step_state, checkpoint_snapshot
 
     cfg = TrainConfig(preset="tiny", ctx=16, steps=2, out=str(tmp_path / "run"))
     state = build_step_state(
         ModelConfig(n_layer=1, n_head=2, n_embd=32, ctx=16, vocab_size=64), cfg, torch.device("cpu")
     )
     result = TrainResult(cfg, state.model, history=[{"step": 1, "loss": 4.2}])
-    path = RunFolder(cfg.out).save(cfg, state, result, torch.Generator().manual_seed(0))
+    path = RunFolder(cfg.out).save(checkpoint_snapshot(cfg, state, result, torch.Generator().manual_seed(0)))
     good, original = path.read_bytes(), load_checkpoint(path)
     rng = random.Random(14)
     counts = {"damages": 0, "caught": 0, "harmless": 0, "data_lost": 0}
