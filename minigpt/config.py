@@ -10,10 +10,13 @@ import math
 from dataclasses import dataclass
 
 from minigpt.model import PRESETS
+from minigpt.loss import check_loss_chunks
 from minigpt.parallel import check_shard_mode
 from minigpt.precision import normalize_precision
 from minigpt.recompute import CHECKPOINTING_MODES
 from minigpt.tokenizer import DEFAULT_TOKENIZER
+
+OPTIMIZERS = ("adamw", "adamw8bit")  # --optimizer: minigpt/optim/adamw.py, minigpt/optim/adamw8bit.py
 
 
 @dataclass
@@ -28,6 +31,9 @@ class TrainConfig:
     ctx: int | None = None  # tokens per sequence (default: the preset's maximum)
     checkpointing: str = "none"  # none | full | sqrt | selective
     compile: bool = False  # torch.compile the model: faster steps, fewer saved activations; the first step compiles
+    loss_chunks: int = 1  # the loss head in N token chunks: the (tokens x vocabulary) logits never exist whole
+    offload_activations: bool = False  # what autograd saves goes to pinned host memory (CUDA) or temp files (CPU)
+    offload_dir: str | None = None  # --offload-activations on a CPU: where the temp folder goes (default: TMPDIR)
     shard: str = "none"  # none | zero1 | fsdp: what is split over the processes under torchrun (minigpt.distributed)
     dropout: float = 0.0
     steps: int = 100  # optimizer steps in total (a resumed run continues up to this number)
@@ -37,11 +43,14 @@ class TrainConfig:
     weight_decay: float = 0.1
     betas: tuple[float, float] = (0.9, 0.95)
     grad_clip: float = 1.0  # max grad norm; 0 disables clipping
+    optimizer: str = "adamw"  # adamw | adamw8bit: moments in fp32 (8 bytes a parameter) or 8-bit codes (about 2)
+    optimizer_in_backward: bool = False  # step each parameter as soon as its gradient is complete, then free it
     eval_every: int = 0  # steps between val-loss evaluations (0: only at the end)
     eval_batches: int = 8
     save_every: int = 0  # steps between checkpoints (0: only at the end); needs `out`
     seed: int = 0
-    corpus: str | None = None  # a UTF-8 text file; None: the built-in stories
+    corpus: str | None = None  # a UTF-8 text file; None: the built-in corpus --builtin-corpus
+    builtin_corpus: str = "stories"  # stories | recipes (minigpt.corpus.CORPORA), used when there is no --corpus
     tokenizer: str = DEFAULT_TOKENIZER
     out: str | None = None  # run folder: checkpoint.pt and log.jsonl
     resume: bool = False
@@ -49,6 +58,15 @@ class TrainConfig:
     sample_tokens: int = 60  # tokens generated at the end (0: none)
     progress: bool | None = None  # tqdm bar; None: in a terminal or a notebook, else a log line now and then
     verbose: bool = True
+    # Fine-tuning (minigpt.finetune, minigpt.lora): start from a finished run's weights; train adapters only
+    init_from: str | None = None  # a finished run folder (or an exported file): its weights start this run
+    lora_rank: int = 0  # 0: train every weight; R: freeze them and train rank-R adapters
+    lora_alpha: float = 16.0  # the adapters' output is scaled by lora_alpha / lora_rank
+    lora_targets: str = "attn"  # attn | mlp | all, or a comma list of qkv, proj, gate, up, down
+    base_dtype: str = "fp32"  # LoRA: how the frozen block weights are stored: fp32 | bf16 | int8 | nf4
+    quant_block: int = 64  # int8 / nf4: values per absmax scale (0: one scale per output channel)
+    train_norms: bool = False  # LoRA: train the RMSNorm gains too
+    train_embedding: bool = False  # LoRA: train the (tied) embedding too
 
     def __post_init__(self) -> None:
         self.precision = normalize_precision(self.precision)
@@ -87,15 +105,109 @@ class TrainConfig:
         if self.ctx > max_ctx:
             raise ValueError(f"--ctx {self.ctx} is above the {self.preset} preset's maximum of {max_ctx}")
         check_shard_mode(self.shard)
+        check_loss_chunks(self.loss_chunks, self.batch * self.ctx)
+        if self.offload_dir is not None and not self.offload_activations:
+            raise ValueError("--offload-dir applies to --offload-activations only; add it, or drop --offload-dir")
+        check_optimizer(
+            self.optimizer, self.optimizer_in_backward, self.precision, self.accum, self.grad_clip, self.shard
+        )
         if self.master_weights and self.precision != "bf16-pure":
             raise ValueError("master_weights only applies to --precision bf16-pure (the others keep fp32 weights)")
         if (self.save_every or self.resume) and not self.out:
             raise ValueError("--resume and --save-every need --out, the run folder that holds checkpoint.pt")
         self.betas = tuple(self.betas)
+        check_finetune(self)
 
     @property
     def warmup(self) -> int:
         return self.warmup_steps if self.warmup_steps is not None else max(1, self.steps // 20)
+
+
+def check_optimizer(
+    optimizer: str,
+    in_backward: bool,
+    precision: str = "fp32",
+    accum: int = 1,
+    grad_clip: float = 0.0,
+    shard: str = "none",
+) -> None:
+    """Raise ValueError, one line naming the flags and why, for an optimizer setting that cannot work."""
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown --optimizer {optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}")
+    if optimizer == "adamw8bit" and shard != "none":
+        raise ValueError(
+            f"--optimizer adamw8bit with --shard {shard}: its 8-bit state is not split over processes; "
+            "use --shard none, or --optimizer adamw"
+        )
+    refused = [
+        (
+            accum > 1,
+            f"--accum {accum}: accumulation needs each gradient to survive the window's micro-batches, "
+            "but the step in backward uses and frees it after the first; use --accum 1",
+        ),
+        (
+            grad_clip > 0,
+            f"--grad-clip {grad_clip:g}: clipping by the global norm needs every gradient before the "
+            "first update, but the step in backward updates each parameter as soon as its own gradient is done; "
+            "pass --grad-clip 0 (the grad norm is still logged)",
+        ),
+        (
+            precision == "fp16",
+            "--precision fp16: the GradScaler skips a step if ANY gradient overflows, known only "
+            "at the end of backward, when the step in backward has already updated the parameters; use bf16",
+        ),
+        (
+            shard != "none",
+            f"--shard {shard}: the processes' gradients are reduced after they are complete, but the "
+            "step in backward uses each one at once; use --shard none on one process",
+        ),
+    ]
+    for cannot, why in refused:
+        if in_backward and cannot:
+            raise ValueError(f"--optimizer-in-backward with {why}")
+
+
+def check_finetune(cfg: TrainConfig) -> None:
+    """The fine-tuning settings: one line naming the flag and what to do for each that cannot work."""
+    from minigpt.corpus import CORPORA  # here: the corpus package is only needed for this name check
+    from minigpt.lora import parse_targets
+    from minigpt.quantize import BASE_DTYPES, block_size
+
+    if cfg.builtin_corpus not in CORPORA:
+        raise ValueError(f"unknown --builtin-corpus {cfg.builtin_corpus!r}; choose one of: {', '.join(CORPORA)}")
+    if cfg.corpus is not None and cfg.builtin_corpus != "stories":
+        raise ValueError(f"--corpus {cfg.corpus} and --builtin-corpus {cfg.builtin_corpus}: give one of them")
+    if cfg.init_from is not None and not str(cfg.init_from).strip():
+        raise ValueError("--init-from is empty; give a finished run folder")
+    if cfg.lora_rank == 0:
+        lora_only = {"base_dtype": "fp32", "train_norms": False, "train_embedding": False}
+        for name, default in lora_only.items():
+            if getattr(cfg, name) != default:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(f"{flag} applies to LoRA only (everything trains without it); add --lora-rank R")
+        return
+    width = PRESETS[cfg.preset].n_embd  # every block layer is at least this wide in and out
+    if not 1 <= cfg.lora_rank <= width:
+        raise ValueError(
+            f"--lora-rank {cfg.lora_rank}: choose 1 to {width} (the {cfg.preset} layers' smallest width), "
+            "or 0 to train every weight"
+        )
+    if not (math.isfinite(cfg.lora_alpha) and cfg.lora_alpha > 0):
+        raise ValueError(f"--lora-alpha must be positive, got {cfg.lora_alpha}")
+    parse_targets(cfg.lora_targets)
+    if cfg.base_dtype not in BASE_DTYPES:
+        raise ValueError(f"unknown --base-dtype {cfg.base_dtype!r}; choose one of: {', '.join(BASE_DTYPES)}")
+    if cfg.quant_block < 0:
+        raise ValueError(f"--quant-block must be 0 (per channel) or more, got {cfg.quant_block}")
+    if cfg.base_dtype in ("int8", "nf4"):
+        block_size((PRESETS[cfg.preset].n_embd, PRESETS[cfg.preset].n_embd), cfg.quant_block)
+    if cfg.precision == "bf16-pure":
+        raise ValueError(
+            "--lora-rank with --precision bf16-pure: the frozen base's storage is --base-dtype and the adapters "
+            "train in fp32; use --precision bf16 (autocast) with --base-dtype bf16"
+        )
+    if cfg.shard == "fsdp":
+        raise ValueError("--lora-rank with --shard fsdp: the frozen, quantized base is not sharded; use --shard none")
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from minigpt.corpus import builtin_corpus_path, default_cache_dir
+from minigpt.corpus import DEFAULT_CORPUS, builtin_corpus_path, default_cache_dir
 from minigpt.files import write_atomically
 from minigpt.tokenizer import DEFAULT_TOKENIZER, get_tokenizer
 
@@ -110,19 +110,37 @@ class TokenData:
         self, split: str, batch_size: int, ctx: int, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Random windows: x (B, ctx) and y = x shifted left by one token, as int64 tensors."""
-        data = {"train": self.train, "val": self.val}[split]
+        return self.batch_at(split, self.draw_starts(split, batch_size, ctx, generator), ctx)
+
+    def draw_starts(self, split: str, n: int, ctx: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Where `n` random windows of ctx + 1 tokens start: the only random draw a batch makes."""
         self.check_ctx(ctx)
-        starts = torch.randint(len(data) - ctx, (batch_size,), generator=generator).tolist()
-        window = np.stack([data[s : s + ctx + 1] for s in starts]).astype(np.int64)
-        window = torch.from_numpy(window)
+        return torch.randint(len(self._split(split)) - ctx, (n,), generator=generator)
+
+    def batch_at(self, split: str, starts: torch.Tensor, ctx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The windows starting at `starts`: x (len(starts), ctx) and y, x shifted left by one, as int64."""
+        data = self._split(split)
+        window = torch.from_numpy(np.stack([data[s : s + ctx + 1] for s in starts.tolist()]).astype(np.int64))
         return window[:, :-1], window[:, 1:]
+
+    def _split(self, split: str) -> np.ndarray:
+        return {"train": self.train, "val": self.val}[split]
 
 
 def load_tokens(
-    corpus: str | Path | None = None, tokenizer: str = DEFAULT_TOKENIZER, cache: Path | None = None
+    corpus: str | Path | None = None,
+    tokenizer: str = DEFAULT_TOKENIZER,
+    cache: Path | None = None,
+    builtin: str = DEFAULT_CORPUS,
 ) -> TokenData:
-    """Tokenized train/val splits of `corpus` (None: the built-in generated stories)."""
-    path = Path(corpus) if corpus is not None else builtin_corpus_path(cache_dir=cache or default_cache_dir())
+    """Tokenized train/val splits of `corpus` (None: the built-in corpus `builtin`, "stories" or "recipes").
+
+    Each built-in corpus has its own text file, and so its own token cache.
+    """
+    if corpus is None:
+        path = builtin_corpus_path(cache_dir=cache or default_cache_dir(), kind=builtin)
+    else:
+        path = Path(corpus)
     tokens = np.memmap(tokenize_to_cache(path, tokenizer, cache), dtype=np.uint16, mode="r")
     n_val = int(len(tokens) * VAL_FRACTION)
     return TokenData(tokens[: len(tokens) - n_val], tokens[len(tokens) - n_val :], tokenizer, str(path))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -23,8 +24,10 @@ import torch.nn as nn
 from minigpt import parallel
 from minigpt.config import TrainConfig, lr_at
 from minigpt.data import TokenData
+from minigpt.lora import add_adapters, has_adapters, load_trainable, trainable_state
 from minigpt.model import GPT, IGNORE_INDEX, ModelConfig
 from minigpt.optim import MasterWeights, make_optimizer
+from minigpt.optim.in_backward import StepInBackward
 from minigpt.precision import autocast_context
 
 
@@ -41,7 +44,7 @@ def check_compile(device: torch.device) -> None:
 
 def forward_backward(
     model: nn.Module,
-    micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
+    micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
     device: torch.device,
     precision: str,
     scaler: torch.amp.GradScaler | None = None,
@@ -52,12 +55,14 @@ def forward_backward(
     (across all processes under DDP), not averaged per micro-batch: a mean of per-micro-batch means
     over-weights the tokens of short (padded) micro-batches. The loss comes back as a 0-dim tensor on
     `device`: float(loss) reads it, and on a GPU that waits until the queued work is done.
+    Memory stays the same whatever the number of micro-batches: they are read one at a time (a
+    WindowBatches builds each when it is read) and their losses go into one running sum.
     """
-    n_tokens = sum(int((y != IGNORE_INDEX).sum()) for _, y in micro_batches)
+    n_tokens = sum(int((y != IGNORE_INDEX).sum()) for _, y in micro_batches)  # one micro-batch at a time
     n_tokens, world = parallel.sum_across_processes(n_tokens), parallel.world_size()
     if n_tokens == 0:
         raise ValueError("every target in this window is IGNORE_INDEX: nothing to learn from")
-    summed_losses = []
+    total = None  # the window's summed loss so far
     for i, (x, y) in enumerate(micro_batches):
         is_last = i == len(micro_batches) - 1
         # Under DDP or FSDP, skip the gradient all-reduce on every micro-batch but the last. no_sync must be
@@ -69,9 +74,11 @@ def forward_backward(
             # DDP (and FSDP) average over processes, so multiply back by the world size to get a global sum.
             loss = summed * world / n_tokens
             (scaler.scale(loss) if scaler is not None else loss).backward()
-        # Kept on the device: summed.item() here would make the CPU wait for the GPU every micro-batch.
-        summed_losses.append(summed.detach())
-    return parallel.sum_across_processes(torch.stack(summed_losses).sum()) / n_tokens
+        # One running sum, not a list of losses (which grows with accum, one small tensor per micro-batch, and
+        # keeps the heap from being reused), kept on the device: summed.item() here would make the CPU wait
+        # for the GPU every micro-batch.
+        total = summed.detach() if total is None else total + summed.detach()
+    return parallel.sum_across_processes(total) / n_tokens
 
 
 @dataclass
@@ -84,16 +91,33 @@ class StepState:
     scaler: torch.amp.GradScaler | None  # fp16 only
     master: MasterWeights | None  # bf16-pure with master_weights only
     forward: nn.Module  # what runs the forward: the model, or torch.compile(model) (same parameters)
+    in_backward: StepInBackward | None = None  # --optimizer-in-backward: the hooks that step during backward
 
     @property
     def train_params(self) -> list[torch.Tensor]:
         """The tensors AdamW updates: the fp32 master copies if there are any, else the model's own."""
-        return self.master.params if self.master else list(self.model.parameters())
+        return self.master.params if self.master else trainable_params(self.model)
 
 
-def build_step_state(model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device) -> StepState:
-    """The model (seeded init, checkpointing mode, dtype for the precision) and its optimizer, schedule, scaler."""
+def trainable_params(model: nn.Module) -> list[torch.Tensor]:
+    """The parameters that require grad: all of them, or under LoRA the adapters (and what --train-* adds)."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def build_step_state(
+    model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device, base: dict | None = None
+) -> StepState:
+    """The model (seeded init, checkpointing mode, dtype for the precision) and its optimizer, schedule, scaler.
+
+    `base`: the weights to start from (--init-from). With --lora-rank the model is frozen and only adapters
+    (minigpt.lora) train, so the optimizer gets only what requires grad.
+    """
     model = GPT(model_cfg, seed=cfg.seed).to(device)
+    if base is not None:
+        model.load_state_dict(base)
+    if cfg.lora_rank:
+        adapter_settings = (cfg.lora_alpha, cfg.lora_targets, cfg.base_dtype, cfg.quant_block)
+        add_adapters(model, cfg.lora_rank, *adapter_settings, cfg.train_norms, cfg.train_embedding, cfg.seed)
     model.checkpointing = cfg.checkpointing
     if cfg.precision == "bf16-pure":
         model.to(torch.bfloat16)  # weights, and so gradients and AdamW state, all in bf16
@@ -101,14 +125,22 @@ def build_step_state(model_cfg: ModelConfig, cfg: TrainConfig, device: torch.dev
     if fsdp:  # before the optimizer and the master copies: they must see the sharded parameters
         parallel.shard_model(model)
     master = MasterWeights(model) if cfg.master_weights else None
-    optimizer = make_optimizer(master.params if master else list(model.parameters()), cfg)
+    optimizer = make_optimizer(master.params if master else trainable_params(model), cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s, cfg))
     scaler = None
     if cfg.precision == "fp16":  # under FSDP each process sees only its slice of the gradients: the scaler
         # must agree over all processes whether any slice overflowed, which ShardedGradScaler does
         scaler = parallel.sharded_grad_scaler(device.type) if fsdp else torch.amp.GradScaler(device.type)
     forward = torch.compile(model) if cfg.compile else model
-    return StepState(model, optimizer, scheduler, scaler, master, forward)
+    in_backward = None
+    if cfg.optimizer_in_backward:
+        if parallel.world_size() > 1:  # DDP averages each gradient after it is complete: too late for the hooks
+            raise ValueError(
+                "--optimizer-in-backward under torchrun: the gradients are averaged over the processes "
+                "after the step in backward has used them; train on one process"
+            )
+        in_backward = StepInBackward(list(model.parameters()), optimizer, master)
+    return StepState(model, optimizer, scheduler, scaler, master, forward, in_backward)
 
 
 def optimizer_step(state: StepState, grad_clip: float) -> tuple[torch.Tensor, float, float | None, bool]:
@@ -118,6 +150,11 @@ def optimizer_step(state: StepState, grad_clip: float) -> tuple[torch.Tensor, fl
     whether the step was skipped).
     """
     optimizer, scaler = state.optimizer, state.scaler
+    if state.in_backward is not None:  # every parameter was stepped during backward (optim/in_backward.py)
+        lr = state.scheduler.get_last_lr()[0]  # what the hooks used: the schedule moves only now
+        grad_norm, _ = state.in_backward.finish()
+        state.scheduler.step()
+        return grad_norm, lr, None, False
     if state.master:
         state.master.grads_to_master()
     if scaler is not None:
@@ -143,7 +180,7 @@ def optimizer_step(state: StepState, grad_clip: float) -> tuple[torch.Tensor, fl
 
 def train_step(
     state: StepState,
-    micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
+    micro_batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
     device: torch.device,
     precision: str,
     grad_clip: float = 1.0,
@@ -161,18 +198,38 @@ def train_step(
     return {"loss": loss.item(), "lr": lr, "grad_norm": grad_norm.item(), "scale": scale, "skipped": skipped}
 
 
+class WindowBatches(Sequence):
+    """The micro-batches of one window, each built from the token data only when it is read.
+
+    A window drawn as tensors all at once holds batch x accum x ctx tokens twice (x and y) before its first
+    forward: memory that grows with --accum, which accumulation exists to avoid. This keeps one start
+    position per sequence and builds micro-batch i, `batch` sequences, when the step reads it.
+    """
+
+    def __init__(self, data: TokenData, starts: torch.Tensor, batch: int, ctx: int) -> None:
+        self.data, self.starts, self.batch, self.ctx = data, starts, batch, ctx
+
+    def __len__(self) -> int:
+        return -(-len(self.starts) // self.batch)  # ceiling division
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if not 0 <= i < len(self):
+            raise IndexError(f"micro-batch {i} of a window of {len(self)}")
+        return self.data.batch_at("train", self.starts[i * self.batch : (i + 1) * self.batch], self.ctx)
+
+
 def window_micro_batches(
     data: TokenData, cfg: TrainConfig, gen: torch.Generator, rank: int = 0, world: int = 1
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
+) -> WindowBatches:
     """This process's micro-batches of the next window: `accum` pairs (x, y) of `batch` sequences each.
 
     Every process draws the same window of batch * accum * world sequences and takes its own slice, so the
-    effective batch is the same sequences whatever the number of processes.
+    effective batch is the same sequences whatever the number of processes. Only the start positions are
+    drawn now; each micro-batch's tokens are read when the step gets to it.
     """
     n_window = cfg.batch * cfg.accum
-    x, y = data.get_batch("train", n_window * world, cfg.ctx, gen)
-    x, y = x[rank * n_window : (rank + 1) * n_window], y[rank * n_window : (rank + 1) * n_window]
-    return list(zip(x.split(cfg.batch), y.split(cfg.batch)))
+    starts = data.draw_starts("train", n_window * world, cfg.ctx, gen)[rank * n_window : (rank + 1) * n_window]
+    return WindowBatches(data, starts, cfg.batch, cfg.ctx)
 
 
 def gather_checkpoint(state: StepState) -> dict:
@@ -226,7 +283,8 @@ def step_checkpoint(state: StepState, whole: dict | None = None) -> dict:
     if whole is not None:
         return {**whole, **entries}
     return {
-        "model": state.model.state_dict(),
+        # a LoRA run saves only what it trains; its frozen base is the --init-from run's (train.py checks its hash)
+        "model": trainable_state(state.model) if has_adapters(state.model) else state.model.state_dict(),
         "master": [m.detach() for m in state.master.params] if state.master else None,
         "optimizer": state.optimizer.state_dict(),
         **entries,
@@ -236,8 +294,11 @@ def step_checkpoint(state: StepState, whole: dict | None = None) -> dict:
 def restore_step(state: StepState, saved: dict) -> None:
     """Load step_checkpoint's entries back into `state`; DifferentModel if the saved model has other shapes."""
     try:
-        state.model.load_state_dict(saved["model"])
-    except RuntimeError as err:  # shapes that do not fit: a checkpoint from another model
+        if has_adapters(state.model):
+            load_trainable(state.model, saved["model"])
+        else:
+            state.model.load_state_dict(saved["model"])
+    except (RuntimeError, ValueError) as err:  # names or shapes that do not fit: a checkpoint from another model
         raise DifferentModel(str(err)) from None
     if state.master:
         for (_, m), value in zip(state.master.pairs, saved["master"]):
