@@ -13,6 +13,7 @@ import torch.nn as nn
 
 from minigpt import parallel
 from minigpt.config import TrainConfig
+from minigpt.optim.adamw8bit import AdamW8bit
 
 # Where torch (>= 2.4) has a fused AdamW kernel: an update with no temporary tensors. minigpt.memory's estimate
 # relies on this list; fused_adamw_supported confirms it on the torch actually installed.
@@ -31,8 +32,8 @@ def fused_adamw_supported(device_type: str) -> bool:
         return False
 
 
-def make_optimizer(params: list[nn.Parameter], cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices (and the embedding) only, not on norm gains.
+def make_optimizer(params: list[nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW (or AdamW8bit, as cfg.optimizer says) with weight decay on matrices (and the embedding) only.
 
     Fused where the device has the kernel: one pass over each parameter and its two moments, no temporary
     tensors; elsewhere foreach, which batches the update over all parameters.
@@ -40,6 +41,8 @@ def make_optimizer(params: list[nn.Parameter], cfg: TrainConfig) -> torch.optim.
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if cfg.optimizer == "adamw8bit":  # the same groups and hyperparameters, 8-bit moments (adamw8bit.py)
+        return AdamW8bit(groups, lr=cfg.lr, betas=cfg.betas)
     fused = fused_adamw_supported(params[0].device.type)
     if cfg.precision == "fp16" and cfg.shard == "fsdp" and parallel.world_size() > 1:
         fused = False  # the fused kernel rejects ShardedGradScaler's inf flag (parallel.FSDP_FP16_FUSED_ERROR)

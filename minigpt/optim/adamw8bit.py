@@ -1,0 +1,221 @@
+"""AdamW with 8-bit moments: each moment is one byte per value, plus one fp32 scale per block of 256 values.
+
+Block-wise quantization, as in Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization" (the
+method of bitsandbytes and of torchao's AdamW8bit): a moment tensor is cut into blocks of BLOCK values;
+each block stores its largest |value| in fp32 (the scale) and every value as a one-byte code of
+value / scale, a number in [-1, 1]. One outlier then only coarsens its own block, not the whole tensor.
+
+The code. A linear code (code = round(255 * v / scale)) has one step of scale / 255 everywhere, so any
+value under half a step, scale / 510, becomes 0. That is fatal for the second moment v: AdamW divides by
+sqrt(v), and a v rounded to 0 turns the update m / (sqrt(v) + eps) into m / eps, many orders of magnitude
+too large. The libraries use non-linear codes (bitsandbytes a "dynamic" code with an exponent, torchao a
+quantile map) whose steps are small near 0 and large near the scale. This one is a power code, the
+simplest non-linear one: v is stored as round(255 * (v / scale) ** (1/4)), so a code step is a constant
+step of v's fourth root: the smallest v kept is scale * 255**-4 (about 2e-10 of its block's largest), and
+sqrt(v), what the update divides by, is off by at most 1 / code (under 3% for any v within four decades
+of its block's largest). The first moment m is signed and only multiplies the update: it gets a signed
+square-root code, round(127 * sign(m) * |m / scale| ** (1/2)).
+
+Tensors under MIN_QUANTIZED values (the norm gains) keep fp32 moments, as bitsandbytes does: their
+scales would cost as much as they save. The update runs over CHUNK values at a time, so the fp32 copies
+of m and v it works on are a few chunks, never a whole embedding matrix (which would bring back at the
+optimizer step the memory the codes saved).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+BLOCK = 256  # values sharing one fp32 scale (torchao's choice; bitsandbytes uses 2048)
+MIN_QUANTIZED = 4096  # tensors with fewer values keep fp32 moments (bitsandbytes' default threshold)
+CHUNK = 2**20  # values updated at once (a multiple of BLOCK): the step's temporaries are a few chunks of fp32
+QUANTIZED_KEYS = ("exp_avg_codes", "exp_avg_scales", "exp_avg_sq_codes", "exp_avg_sq_scales")
+FP32_KEYS = ("exp_avg", "exp_avg_sq")
+
+
+@dataclass(frozen=True)
+class PowerCode:
+    """x in [-1, 1] -> the byte round(levels * sign(x) * |x| ** (1/power)); back: sign(q) * (|q| / levels) ** power."""
+
+    power: int  # 1 is a linear code; larger powers give small values finer steps
+    levels: int  # codes run from -levels to levels (signed) or 0 to levels
+    dtype: torch.dtype  # int8 for a signed moment, uint8 for a non-negative one
+
+
+M_CODE = PowerCode(power=2, levels=127, dtype=torch.int8)  # the first moment: signed
+V_CODE = PowerCode(power=4, levels=255, dtype=torch.uint8)  # the second moment: never negative
+LINEAR_CODE = PowerCode(power=1, levels=255, dtype=torch.uint8)  # what not to use for v (see the docstring)
+
+
+def n_blocks(numel: int) -> int:
+    """Blocks of BLOCK values in a tensor of `numel` values: the last one may be partial."""
+    return -(-numel // BLOCK)
+
+
+def state_bytes(numel: int, min_quantized: int = MIN_QUANTIZED) -> int:
+    """Bytes of both moments of one parameter tensor: 2 codes + 2 scales per block, or 8 bytes a value if small."""
+    if numel < min_quantized:
+        return 2 * 4 * numel
+    return 2 * (numel + 4 * n_blocks(numel))
+
+
+def _block_absmax(x: torch.Tensor) -> torch.Tensor:
+    """The largest |value| of each block of a 1-D tensor (its last block may be partial)."""
+    full = x.numel() // BLOCK * BLOCK
+    parts = [torch.linalg.vector_norm(x[:full].view(-1, BLOCK), ord=math.inf, dim=1)]  # inf-norm: max |x|
+    if full < x.numel():
+        parts.append(torch.linalg.vector_norm(x[full:], ord=math.inf).reshape(1))
+    return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+
+def _scale_blocks_(x: torch.Tensor, per_block: torch.Tensor) -> torch.Tensor:
+    """Multiply each block of a 1-D tensor by its own factor, in place."""
+    full = x.numel() // BLOCK * BLOCK
+    x[:full].view(-1, BLOCK).mul_(per_block[: full // BLOCK, None])
+    if full < x.numel():
+        x[full:].mul_(per_block[-1])
+    return x
+
+
+def quantize_(x: torch.Tensor, code: PowerCode, codes: torch.Tensor, scales: torch.Tensor) -> None:
+    """Write the codes and block scales of the 1-D fp32 tensor x into `codes` and `scales` (x is used as scratch)."""
+    absmax = _block_absmax(x)
+    scales.copy_(absmax)
+    _scale_blocks_(x, absmax.clamp_min_(torch.finfo(torch.float32).tiny).reciprocal_())  # x / scale, in [-1, 1]
+    y = x.abs().pow_(1 / code.power).copysign_(x)
+    codes.copy_(y.mul_(code.levels).round_())  # the copy casts to the code's 8-bit integer type
+
+
+def dequantize(codes: torch.Tensor, scales: torch.Tensor, code: PowerCode) -> torch.Tensor:
+    """The fp32 values that `codes` (1-D) and their block `scales` stand for."""
+    y = codes.float().div_(code.levels)
+    x = y.abs().pow_(code.power).copysign_(y)
+    return _scale_blocks_(x, scales)
+
+
+def quantize(x: torch.Tensor, code: PowerCode) -> tuple[torch.Tensor, torch.Tensor]:
+    """(codes, scales) of any fp32 tensor, flattened: quantize_ into new tensors, x left as it was."""
+    flat = x.detach().reshape(-1).float().clone()
+    codes = torch.empty(flat.numel(), dtype=code.dtype, device=x.device)
+    scales = torch.empty(n_blocks(flat.numel()), dtype=torch.float32, device=x.device)
+    quantize_(flat, code, codes, scales)
+    return codes, scales
+
+
+def adamw_update_(
+    param: torch.Tensor,
+    grad: torch.Tensor,
+    exp_avg: torch.Tensor,
+    exp_avg_sq: torch.Tensor,
+    step: int,
+    lr: float,
+    betas: tuple[float, float],
+    eps: float,
+    weight_decay: float,
+) -> None:
+    """One AdamW update of fp32 tensors, in place, written as torch.optim.AdamW's for-loop version writes it."""
+    beta1, beta2 = betas
+    param.mul_(1 - lr * weight_decay)  # decoupled weight decay
+    exp_avg.lerp_(grad, 1 - beta1)  # m = beta1 m + (1 - beta1) g
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)  # v = beta2 v + (1 - beta2) g^2
+    bias_correction1, bias_correction2 = 1 - beta1**step, 1 - beta2**step  # the moments start at 0
+    denom = exp_avg_sq.sqrt().div_(math.sqrt(bias_correction2)).add_(eps)
+    param.addcdiv_(exp_avg, denom, value=-lr / bias_correction1)
+
+
+class AdamW8bit(torch.optim.Optimizer):
+    """AdamW whose moments are 8-bit codes with an fp32 scale per block of BLOCK values (see the module docstring).
+
+    The arithmetic is AdamW's, in fp32, on a chunk of CHUNK values at a time: dequantize the chunk's m and v,
+    update them and the parameter, quantize them back. The step counter is a Python int per parameter.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        min_quantized: int = MIN_QUANTIZED,
+        chunk: int = CHUNK,
+    ) -> None:
+        if chunk < BLOCK or chunk % BLOCK:
+            raise ValueError(f"chunk must be a positive multiple of BLOCK ({BLOCK}), got {chunk}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+        self.min_quantized, self.chunk = min_quantized, chunk
+
+    def _new_state(self, p: torch.Tensor) -> dict:
+        n, dev = p.numel(), p.device
+        if n < self.min_quantized:
+            zeros = lambda: torch.zeros(n, dtype=torch.float32, device=dev)  # noqa: E731
+            return {"step": 0, "exp_avg": zeros(), "exp_avg_sq": zeros()}
+        scales = lambda: torch.zeros(n_blocks(n), dtype=torch.float32, device=dev)  # noqa: E731
+        return {
+            "step": 0,
+            "exp_avg_codes": torch.zeros(n, dtype=M_CODE.dtype, device=dev),
+            "exp_avg_scales": scales(),
+            "exp_avg_sq_codes": torch.zeros(n, dtype=V_CODE.dtype, device=dev),
+            "exp_avg_sq_scales": scales(),
+        }
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """Update every parameter that has a gradient (the others are left alone, as torch's optimizers do)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if not (p.is_contiguous() and p.grad.is_contiguous()) or p.grad.is_sparse:
+                    raise ValueError("AdamW8bit needs dense, contiguous parameters and gradients")
+                state = self.state[p]
+                if not state:
+                    state.update(self._new_state(p))
+                state["step"] += 1
+                self._update(p, state, group)
+        return loss
+
+    def _update(self, p: torch.Tensor, state: dict, group: dict) -> None:
+        hyper = dict(step=state["step"], lr=group["lr"], betas=group["betas"], eps=group["eps"])
+        hyper["weight_decay"] = group["weight_decay"]
+        flat_p, flat_g = p.view(-1), p.grad.view(-1)
+        quantized = "exp_avg_codes" in state
+        for start in range(0, p.numel(), self.chunk):
+            end = min(start + self.chunk, p.numel())
+            blocks = slice(start // BLOCK, n_blocks(end))
+            param = flat_p[start:end].float()  # the parameter itself when it is fp32: updated in place
+            grad = flat_g[start:end].float()
+            if quantized:
+                m = dequantize(state["exp_avg_codes"][start:end], state["exp_avg_scales"][blocks], M_CODE)
+                v = dequantize(state["exp_avg_sq_codes"][start:end], state["exp_avg_sq_scales"][blocks], V_CODE)
+            else:
+                m, v = state["exp_avg"][start:end], state["exp_avg_sq"][start:end]
+            adamw_update_(param, grad, m, v, **hyper)
+            if param.data_ptr() != flat_p.data_ptr() + start * flat_p.element_size():  # a 16-bit parameter
+                flat_p[start:end].copy_(param)
+            if quantized:
+                quantize_(m, M_CODE, state["exp_avg_codes"][start:end], state["exp_avg_scales"][blocks])
+                quantize_(v, V_CODE, state["exp_avg_sq_codes"][start:end], state["exp_avg_sq_scales"][blocks])
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """torch's load, then the saved tensors put back as they were: torch would cast the codes to the
+        parameter's dtype (and the scales to bf16 under bf16-pure)."""
+        super().load_state_dict(state_dict)
+        params = [p for group in self.param_groups for p in group["params"]]
+        for index, saved in state_dict["state"].items():
+            p = params[index]
+            keys = QUANTIZED_KEYS if p.numel() >= self.min_quantized else FP32_KEYS
+            if set(saved) != {"step", *keys}:
+                raise ValueError(
+                    f"this optimizer state is not AdamW8bit's (parameter {index} holds {', '.join(sorted(saved))}); "
+                    "resume with the optimizer that saved it"
+                )
+            self.state[p] = {k: v.to(p.device) if torch.is_tensor(v) else v for k, v in saved.items()}
