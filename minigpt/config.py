@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from minigpt.model import PRESETS
 from minigpt.loss import check_loss_chunks
+from minigpt.model import PRESETS, ModelConfig, shaped_config
 from minigpt.parallel import check_shard_mode
 from minigpt.precision import normalize_precision
 from minigpt.recompute import CHECKPOINTING_MODES
@@ -24,6 +24,9 @@ class TrainConfig:
     """Everything a run needs. The CLI, notebooks and tests all build one of these and call train()."""
 
     preset: str = "10m"
+    n_layer: int | None = None  # override the preset's shape (None: the preset's); see model.shaped_config
+    n_embd: int | None = None  # a width alone gets heads of the family's size, n_embd / 64
+    n_head: int | None = None
     precision: str = "fp32"  # fp32 | bf16 | fp16 | bf16-pure (aliases: float32 | bfloat16 | float16)
     master_weights: bool = False  # bf16-pure only: keep fp32 master weights and optimizer state
     batch: int = 8  # micro-batch: sequences per forward/backward
@@ -76,6 +79,7 @@ class TrainConfig:
             raise ValueError(
                 f"unknown checkpointing {self.checkpointing!r}; choose one of: {', '.join(CHECKPOINTING_MODES)}"
             )
+        self.model_config()  # a shape that cannot work (--n-embd not divisible by --n-head, ...) stops here
         max_ctx = PRESETS[self.preset].ctx
         self.ctx = max_ctx if self.ctx is None else self.ctx
         for name in ("batch", "accum", "ctx", "steps"):
@@ -117,6 +121,10 @@ class TrainConfig:
             raise ValueError("--resume and --save-every need --out, the run folder that holds checkpoint.pt")
         self.betas = tuple(self.betas)
         check_finetune(self)
+
+    def model_config(self) -> ModelConfig:
+        """The model this run trains: the preset, its shape overridden by n_layer / n_embd / n_head, and dropout."""
+        return shaped_config(self.preset, self.n_layer, self.n_embd, self.n_head, dropout=self.dropout)
 
     @property
     def warmup(self) -> int:

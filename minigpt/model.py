@@ -14,7 +14,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minigpt.loss import IGNORE_INDEX, cross_entropy_fp32  # noqa: F401 - IGNORE_INDEX: part of the model's API
+from minigpt.loss import (  # noqa: F401 - IGNORE_INDEX: part of the model's API
+    IGNORE_INDEX,
+    chunked_cross_entropy,
+    cross_entropy_fp32,
+)
 
 # The default tokenizer has 8192 tokens (8191 BPE tokens + <|endoftext|>), already a multiple of 64.
 DEFAULT_VOCAB_SIZE = 8192
@@ -72,6 +76,41 @@ def get_config(preset: str, **overrides) -> ModelConfig:
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
     return replace(PRESETS[preset], **overrides)
+
+
+FAMILY_HEAD_SIZE = 64  # the course presets' head size (10m, 30m, 125m): a width alone implies its heads
+
+
+def shaped_config(
+    preset: str,
+    n_layer: int | None = None,
+    n_embd: int | None = None,
+    n_head: int | None = None,
+    ctx: int | None = None,
+    **overrides,
+) -> ModelConfig:
+    """A preset with its shape overridden (--n-layer, --n-embd, --n-head, --ctx); None keeps the preset's.
+
+    A width given without heads gets heads of the family's size (n_embd / 64). Each rule a shape breaks gets
+    one line naming the flag.
+    """
+    base = get_config(preset, **overrides)
+    if n_head is None and n_embd is not None:
+        n_head = max(1, n_embd // FAMILY_HEAD_SIZE)
+    shape = {"n_layer": n_layer, "n_embd": n_embd, "n_head": n_head, "ctx": ctx}
+    for name, value in shape.items():
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    shape = {k: v for k, v in shape.items() if v is not None}
+    width, heads = shape.get("n_embd", base.n_embd), shape.get("n_head", base.n_head)
+    if width % heads:
+        raise ValueError(f"--n-embd {width} is not divisible by --n-head {heads}: each head takes n_embd / n_head")
+    if (width // heads) % 2:
+        raise ValueError(
+            f"head size {width} / {heads} = {width // heads} is odd: RoPE rotates pairs of channels, so "
+            "n_embd / n_head must be even"
+        )
+    return replace(base, **shape)
 
 
 class RMSNorm(nn.Module):
@@ -165,6 +204,8 @@ class GPT(nn.Module):
         self.register_buffer("rope_sin", sin, persistent=False)
         # How blocks are run in training: "none", "full", "sqrt" or "selective" (see minigpt.recompute).
         self.checkpointing = "none"
+        # Token chunks of the loss head (minigpt.loss): 1 makes the whole logits; more never make them whole.
+        self.loss_chunks = 1
         self.reset_parameters(seed)
 
     @torch.no_grad()
@@ -195,7 +236,8 @@ class GPT(nn.Module):
 
         `reduction="sum"` returns the summed loss over counted targets, which gradient accumulation
         divides by the number of target tokens in the whole window. Targets equal to IGNORE_INDEX
-        (-100) do not count.
+        (-100) do not count. With `loss_chunks` > 1 and targets, the loss is computed chunk by chunk
+        (minigpt.loss.chunked_cross_entropy) and the logits are None: they never exist whole.
         """
         from minigpt.recompute import run_blocks  # here to keep the model readable on its own
 
@@ -205,7 +247,10 @@ class GPT(nn.Module):
         x = self.emb_dropout(self.tok_emb(idx))
         mode = self.checkpointing if (self.training and torch.is_grad_enabled()) else "none"
         x = run_blocks(self.blocks, x, self.rope_cos, self.rope_sin, mode)
-        logits = self.lm_head(self.final_norm(x))
+        x = self.final_norm(x)
+        if targets is not None and self.loss_chunks > 1:  # the (B, T, V) logits are never made whole
+            return None, chunked_cross_entropy(x, self.lm_head.weight, targets, self.loss_chunks, reduction)
+        logits = self.lm_head(x)
         if targets is None:
             return logits, None
         return logits, cross_entropy_fp32(logits, targets, reduction)  # upcast to fp32 before the softmax

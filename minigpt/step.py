@@ -14,6 +14,7 @@ No files and no printing here: the loop (minigpt.train) and the meters (minigpt.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from minigpt.lora import add_adapters, has_adapters, load_trainable, trainable_s
 from minigpt.model import GPT, IGNORE_INDEX, ModelConfig
 from minigpt.optim import MasterWeights, make_optimizer
 from minigpt.optim.in_backward import StepInBackward
+from minigpt.offload import ActivationOffloader, make_offload_folder
+from minigpt.offload import saving as offload_saving
 from minigpt.precision import autocast_context
 
 
@@ -48,6 +51,7 @@ def forward_backward(
     device: torch.device,
     precision: str,
     scaler: torch.amp.GradScaler | None = None,
+    offload: ActivationOffloader | None = None,
 ) -> torch.Tensor:
     """Accumulate the gradients of one window; return the window's mean loss per target token.
 
@@ -57,6 +61,7 @@ def forward_backward(
     `device`: float(loss) reads it, and on a GPU that waits until the queued work is done.
     Memory stays the same whatever the number of micro-batches: they are read one at a time (a
     WindowBatches builds each when it is read) and their losses go into one running sum.
+    `offload` (entered by the caller, see new_offloader) moves each forward's saved tensors off the device.
     """
     n_tokens = sum(int((y != IGNORE_INDEX).sum()) for _, y in micro_batches)  # one micro-batch at a time
     n_tokens, world = parallel.sum_across_processes(n_tokens), parallel.world_size()
@@ -69,11 +74,13 @@ def forward_backward(
         # entered before the forward pass: DDP prepares its reduction hooks there.
         sync = contextlib.nullcontext() if is_last else parallel.no_gradient_sync(model)
         with sync:
-            with autocast_context(device, precision):  # forward and loss only; backward follows by itself
+            with offload_saving(offload), autocast_context(device, precision):  # forward and loss only
                 _, summed = model(x.to(device), y.to(device), reduction="sum")
             # DDP (and FSDP) average over processes, so multiply back by the world size to get a global sum.
             loss = summed * world / n_tokens
             (scaler.scale(loss) if scaler is not None else loss).backward()
+        if offload is not None:
+            offload.release()  # this micro-batch's offloaded bytes are used: the next forward reuses the space
         # One running sum, not a list of losses (which grows with accum, one small tensor per micro-batch, and
         # keeps the heap from being reused), kept on the device: summed.item() here would make the CPU wait
         # for the GPU every micro-batch.
@@ -92,6 +99,8 @@ class StepState:
     master: MasterWeights | None  # bf16-pure with master_weights only
     forward: nn.Module  # what runs the forward: the model, or torch.compile(model) (same parameters)
     in_backward: StepInBackward | None = None  # --optimizer-in-backward: the hooks that step during backward
+    offload_activations: bool = False  # --offload-activations: each window runs under a new_offloader
+    offload_dir: str | None = None  # where its temp folder goes on a CPU (None: TMPDIR)
 
     @property
     def train_params(self) -> list[torch.Tensor]:
@@ -119,11 +128,14 @@ def build_step_state(
         adapter_settings = (cfg.lora_alpha, cfg.lora_targets, cfg.base_dtype, cfg.quant_block)
         add_adapters(model, cfg.lora_rank, *adapter_settings, cfg.train_norms, cfg.train_embedding, cfg.seed)
     model.checkpointing = cfg.checkpointing
+    model.loss_chunks = cfg.loss_chunks
+    if cfg.offload_activations and device.type != "cuda":  # a folder we cannot write: say so before any work
+        os.rmdir(make_offload_folder(cfg.offload_dir))
     if cfg.precision == "bf16-pure":
         model.to(torch.bfloat16)  # weights, and so gradients and AdamW state, all in bf16
     fsdp = cfg.shard == "fsdp" and parallel.world_size() > 1
     if fsdp:  # before the optimizer and the master copies: they must see the sharded parameters
-        parallel.shard_model(model)
+        parallel.shard_model(model, cfg.precision)
     master = MasterWeights(model) if cfg.master_weights else None
     optimizer = make_optimizer(master.params if master else trainable_params(model), cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s, cfg))
@@ -139,8 +151,17 @@ def build_step_state(
                 "--optimizer-in-backward under torchrun: the gradients are averaged over the processes "
                 "after the step in backward has used them; train on one process"
             )
-        in_backward = StepInBackward(list(model.parameters()), optimizer, master)
-    return StepState(model, optimizer, scheduler, scaler, master, forward, in_backward)
+        in_backward = StepInBackward(trainable_params(model), optimizer, master)
+    state = StepState(model, optimizer, scheduler, scaler, master, forward, in_backward)
+    state.offload_activations, state.offload_dir = cfg.offload_activations, cfg.offload_dir
+    return state
+
+
+def new_offloader(state: StepState, device: torch.device) -> ActivationOffloader | None:
+    """The activation offloader of one window (None without --offload-activations); enter it around the window."""
+    if not state.offload_activations:
+        return None
+    return ActivationOffloader([*state.model.parameters(), *state.model.buffers()], device, state.offload_dir)
 
 
 def optimizer_step(state: StepState, grad_clip: float) -> tuple[torch.Tensor, float, float | None, bool]:
@@ -191,7 +212,10 @@ def train_step(
     `module` is what runs the forward: the DDP wrapper under torchrun (default: state.forward, the model or its
     compiled version).
     """
-    loss = forward_backward(state.forward if module is None else module, micro_batches, device, precision, state.scaler)
+    module = state.forward if module is None else module
+    offload = new_offloader(state, device)
+    with offload or contextlib.nullcontext():  # its temp folder is removed however the window ends
+        loss = forward_backward(module, micro_batches, device, precision, state.scaler, offload)
     grad_norm, lr, scale, skipped = optimizer_step(state, grad_clip)
     # Read loss and grad norm only now, with the whole step queued: each read waits for the GPU to catch up,
     # and a wait in mid-step leaves the GPU idle while the CPU queues the rest (fp16's scaler still waits).
