@@ -231,3 +231,20 @@ def count_trainable(model: nn.Module) -> tuple[int, int]:
         elif not name.endswith(".scales"):
             total += p.numel()
     return trainable, total
+
+
+def describe_trainable(model: nn.Module) -> str:
+    """One line: how many parameters train, of how many, and which (adapters, norms, embedding)."""
+    trainable, total = count_trainable(model)
+    params = dict(model.named_parameters())
+    adapters = sum(p.numel() for n, p in params.items() if n.endswith(("lora_A", "lora_B")))
+    layers = [m for _, m in lora_layers(model)]
+    targets = sorted({n.rpartition(".")[2] for n, m in lora_layers(model) if m.rank}, key=list(LINEARS).index)
+    norms = "trained" if any(p.requires_grad for n, p in params.items() if n.endswith("norm.weight")) else "frozen"
+    embedding = "trained" if params["tok_emb.weight"].requires_grad else "frozen"
+    first = next(m for m in layers if m.rank)
+    return (
+        f"LoRA rank {first.rank} (alpha {first.alpha:g}) on {', '.join(targets)}, base {first.base_dtype}: "
+        f"{trainable:,} of {total:,} parameters train ({100 * trainable / total:.2f}%): adapters {adapters:,}, "
+        f"norms {norms}, embedding {embedding}"
+    )

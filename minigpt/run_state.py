@@ -173,6 +173,8 @@ class StopSignals:
 # Settings a resumed run must share with the saved one: they fix the model's shape, its weights' dtype
 # and what the token ids mean. Others (steps, lr, batch, accum, ...) may change on resume.
 RESUME_MUST_MATCH = ("preset", "precision", "master_weights", "ctx", "tokenizer")
+# (a LoRA run's adapters also fix their shapes, and the base's storage what they were trained against)
+RESUME_MUST_MATCH += ("lora_rank", "lora_targets", "base_dtype", "quant_block", "train_norms", "train_embedding")
 
 
 def resume_mismatches(saved: dict, now: dict) -> list[str]:

@@ -26,10 +26,13 @@ from minigpt import parallel
 from minigpt.config import TrainConfig, lr_at  # noqa: F401 - lr_at re-exported for the chapters
 from minigpt.data import TokenData, load_tokens
 from minigpt.device import pick_device
+from minigpt.finetune import base_entry, check_base, check_source, load_source
+from minigpt.lora import describe_trainable
 from minigpt.model import GPT, get_config
 from minigpt.optim import FUSED_ADAMW_DEVICES, MasterWeights, fused_adamw_supported, make_optimizer  # noqa: F401
 from minigpt.precision import autocast_context, check_precision
 from minigpt.run_state import RunFolder, StopSignals, rng_state, set_rng_state
+from minigpt.sampling import sample_text  # noqa: F401 - re-exported: it lived here before
 from minigpt.step import (  # noqa: F401 - forward_backward, optimizer_step: re-exported for the chapters
     DifferentModel,
     StepState,
@@ -45,7 +48,6 @@ from minigpt.step import (  # noqa: F401 - forward_backward, optimizer_step: re-
     unsharded_model,
     window_micro_batches,
 )
-from minigpt.tokenizer import get_tokenizer
 
 
 @dataclass
@@ -219,6 +221,8 @@ def train(
     rank, world = parallel.setup(cfg.device)  # (0, 1) unless launched by torchrun
     device = pick_device(cfg.device if world == 1 else parallel.local_device(cfg.device))
     check_precision(device, cfg.precision)  # no silent no-op: fail now if this device can't do it
+    if cfg.base_dtype == "bf16":  # a bf16 base needs bf16 where it runs, as --precision bf16 does
+        check_precision(device, "bf16")
     if cfg.compile:
         check_compile(device)
     torch.manual_seed(cfg.seed)  # dropout's RNG
@@ -236,8 +240,17 @@ def train(
         saved = run.load(asdict(cfg), cfg.steps) if cfg.resume else None  # one that does not fit cfg stops here
         if run and not cfg.resume and rank == 0:
             run.check_fresh()
+        # --init-from: the source run's weights. A LoRA run needs them on resume too (it saved only its adapters).
+        init_from = cfg.init_from or ((saved or {}).get("base") or {}).get("init_from")
+        source = load_source(init_from) if init_from and (cfg.lora_rank or not saved) else None
+        if source:
+            check_source(cfg, source)
+            if saved:
+                check_base(saved, source, run.path)
+            else:
+                say(f"starting from {source.path} (its step {source.step}) with a fresh optimizer and schedule")
 
-        data = data or load_tokens(cfg.corpus, cfg.tokenizer)
+        data = data or load_tokens(cfg.corpus, cfg.tokenizer, builtin=cfg.builtin_corpus)
         data.check_ctx(cfg.ctx)
         step_tokens = cfg.batch * cfg.accum * world * cfg.ctx
         if rank == 0 and step_tokens > len(data.train):  # runs, but hardly what anyone meant
@@ -246,8 +259,11 @@ def train(
                 f"corpus's {len(data.train):,} training tokens; a smaller --batch or --accum gives more steps",
                 file=sys.stderr,
             )
-        state = build_step_state(get_config(cfg.preset, dropout=cfg.dropout), cfg, device)
+        base = source.weights if source else None
+        state = build_step_state(get_config(cfg.preset, dropout=cfg.dropout), cfg, device, base)
         model = state.model
+        if cfg.lora_rank:
+            say(describe_trainable(model))
         data_gen = torch.Generator().manual_seed(cfg.seed)
 
         result = TrainResult(cfg, model, effective_batch=cfg.batch * cfg.accum * world)
@@ -267,7 +283,7 @@ def train(
                 return
             whole = gather_checkpoint(state) if sharded else None  # every process takes part in the gathering
             if rank == 0:
-                run.save(checkpoint_snapshot(cfg, state, result, data_gen, whole))
+                run.save({**checkpoint_snapshot(cfg, state, result, data_gen, whole), **base_entry(cfg, source)})
             parallel.barrier()  # nobody goes on (or exits) before the checkpoint is written
 
         # DDP averages the gradients (also under zero1); FSDP's own hooks gather weights and reduce gradients
@@ -352,18 +368,6 @@ def restore_checkpoint(
     set_rng_state(saved["rng"], data_gen)
     result.history, result.val_history = saved["history"], [tuple(v) for v in saved["val_history"]]
     return saved["step"]
-
-
-def sample_text(
-    model: GPT, tokenizer: str, n_tokens: int, device: torch.device, prompt: str = "", seed: int = 0
-) -> str:
-    """Generate `n_tokens` after `prompt` (or after <|endoftext|>) with temperature 0.8, top-k 50."""
-    enc = get_tokenizer(tokenizer)
-    ids = enc.encode_ordinary(prompt) if prompt else [enc.eot_token]
-    idx = torch.tensor([ids], device=device)
-    gen = torch.Generator(device=device).manual_seed(seed)
-    out = model.generate(idx, n_tokens, temperature=0.8, top_k=50, generator=gen)
-    return prompt + enc.decode(out[0, len(ids) :].tolist())
 
 
 def train_and_report(cfg: TrainConfig) -> dict:

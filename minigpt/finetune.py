@@ -1,0 +1,163 @@
+"""Fine-tuning a finished run: its weights as a starting point (--init-from), its model back, and export.
+
+`--init-from RUN` starts a NEW run from RUN's weights with a fresh optimizer and schedule (not --resume,
+which continues RUN itself). A LoRA run saves only its adapters, so it points at its base: the --init-from
+path and the sha256 of the base's weights, checked whenever the base is loaded again (resume, sample,
+export), so adapters are never put on weights they were not trained with.
+`export` writes a plain checkpoint with the adapters merged in: W + (alpha / r) B @ A, one matrix per layer.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import torch
+
+from minigpt.config import TrainConfig
+from minigpt.lora import add_adapters, has_adapters, load_trainable, merged_state_dict
+from minigpt.model import GPT, ModelConfig
+from minigpt.run_state import CheckpointError, first_line, load_checkpoint, save_checkpoint
+
+# The settings a fine-tuning run takes from its source: they fix the model's shape and what token ids mean.
+FROM_SOURCE = ("preset", "tokenizer")
+
+
+@dataclass
+class Source:
+    """A finished run (or exported file) as a starting point: its settings and its plain GPT weights."""
+
+    path: Path
+    train_config: dict
+    model_config: dict
+    weights: dict[str, torch.Tensor]  # a plain GPT's state dict (a LoRA run's adapters merged in)
+    step: int
+
+    @functools.cached_property
+    def sha256(self) -> str:
+        return weights_sha256(self.weights)
+
+
+def checkpoint_file(path: str | Path, flag: str = "--init-from") -> Path:
+    """A run folder's checkpoint.pt, or the file itself; FileNotFoundError naming `flag` if neither is there."""
+    path = Path(path)
+    file = path / "checkpoint.pt" if path.is_dir() else path
+    if not file.is_file():
+        where = f"{path} has no checkpoint.pt" if path.is_dir() else f"{path} does not exist"
+        raise FileNotFoundError(f"{flag} {path}: {where}; give a finished run's folder (its --out) or an exported file")
+    return file
+
+
+def read_checkpoint(path: str | Path, flag: str = "--init-from") -> dict:
+    """load_checkpoint, with an error that names `flag` and leaves the file alone."""
+    file = checkpoint_file(path, flag)
+    try:
+        return load_checkpoint(file)
+    except CheckpointError as err:
+        raise ValueError(f"{flag} {path}: cannot use {file}: {first_line(str(err).split(' (')[0], 100)}") from None
+
+
+def weights_sha256(weights: dict[str, torch.Tensor]) -> str:
+    """sha256 over every tensor's name, dtype, shape and bytes, in name order: the identity of a set of weights."""
+    h = hashlib.sha256()
+    for name in sorted(weights):
+        t = weights[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def config_from(saved: dict) -> TrainConfig:
+    """The TrainConfig a checkpoint was trained with (settings this minigpt does not know are left out)."""
+    known = {f.name for f in fields(TrainConfig)}
+    settings = {k: v for k, v in saved["train_config"].items() if k in known}
+    return TrainConfig(**{**settings, "resume": False, "out": None, "save_every": 0})
+
+
+def model_from(saved: dict, path: str | Path, device: torch.device | str = "cpu", flag: str = "--init-from") -> GPT:
+    """The model a checkpoint holds: a plain GPT, or a LoRA run's base (its hash checked) with its adapters."""
+    model_cfg = ModelConfig(**saved["model_config"])
+    cfg = config_from(saved)
+    model = GPT(model_cfg, seed=cfg.seed)
+    if not cfg.lora_rank:
+        model.load_state_dict(saved["model"])
+        return model.to(device)
+    base = saved.get("base") or {}
+    source = load_source(base.get("init_from") or cfg.init_from or "", flag=f"{flag} {path}: its base")
+    if source.sha256 != base.get("sha256"):
+        raise ValueError(
+            f"{flag} {path}: its base {source.path} has changed since the adapters were trained (sha256 "
+            f"{source.sha256[:12]}, saved {str(base.get('sha256'))[:12]}); restore that run, or export the adapters "
+            "before changing it"
+        )
+    model.load_state_dict(source.weights)
+    model.to(device)
+    add_adapters(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, cfg.base_dtype, cfg.quant_block,
+                 cfg.train_norms, cfg.train_embedding, cfg.seed)  # fmt: skip
+    load_trainable(model, saved["model"])
+    return model
+
+
+def load_source(path: str | Path, flag: str = "--init-from") -> Source:
+    """A run folder or exported file to start from: its settings and plain weights (a LoRA run's merged)."""
+    saved = read_checkpoint(path, flag)
+    if "model_config" not in saved or "train_config" not in saved:
+        raise ValueError(f"{flag} {path}: the checkpoint has no model or training settings; is it a minigpt run?")
+    model = model_from(saved, path, "cpu", flag)
+    weights = merged_state_dict(model) if has_adapters(model) else model.state_dict()
+    return Source(Path(path), saved["train_config"], saved["model_config"], weights, saved.get("step", 0))
+
+
+def check_source(cfg: TrainConfig, source: Source) -> None:
+    """The run must build the source's model and read its token ids the same way: one line per contradiction."""
+    for name in FROM_SOURCE:
+        given, theirs = getattr(cfg, name), source.train_config.get(name)
+        if theirs is not None and given != theirs:
+            raise ValueError(
+                f"--{name} {given} contradicts --init-from {source.path}, trained with --{name} {theirs}; "
+                f"leave --{name} out (it comes from the source run) or give {theirs}"
+            )
+
+
+def base_entry(cfg: TrainConfig, source: Source | None) -> dict:
+    """What a LoRA run's checkpoint says about its base: where it is and the sha256 of its weights."""
+    if not cfg.lora_rank or source is None:
+        return {}
+    return {"base": {"init_from": str(source.path.resolve()), "sha256": source.sha256}}
+
+
+def check_base(saved: dict, source: Source, run: str | Path) -> None:
+    """On resume: the base a LoRA run's adapters were trained on must be the one loaded now."""
+    expected = (saved.get("base") or {}).get("sha256")
+    if expected is not None and expected != source.sha256:
+        raise ValueError(
+            f"cannot resume {run}: its base {source.path} has changed since the adapters were trained (sha256 "
+            f"{source.sha256[:12]}, saved {expected[:12]}); resume with the original base run"
+        )
+
+
+def export(run: str | Path, out: str | Path) -> tuple[Path, bool]:
+    """Write `run`'s model as a plain checkpoint (adapters merged); returns (path, whether it had adapters).
+
+    The file loads anywhere a plain run's checkpoint does: `minigpt sample`, `--init-from`.
+    """
+    saved = read_checkpoint(run, "export")
+    if "model_config" not in saved:
+        raise ValueError(f"export {run}: the checkpoint has no model settings; is it a minigpt run?")
+    out = Path(out)
+    if out.exists() and out.resolve() == checkpoint_file(run, "export").resolve():
+        raise FileExistsError(f"export --out {out} is the run's own checkpoint; choose another file")
+    model = model_from(saved, run, "cpu", "export")
+    adapted = has_adapters(model)
+    cfg = saved["train_config"]
+    plain = {**cfg, "lora_rank": 0, "base_dtype": "fp32", "train_norms": False, "train_embedding": False}
+    snapshot = {
+        "model": merged_state_dict(model) if adapted else model.state_dict(),
+        "model_config": saved["model_config"],
+        "train_config": plain,
+        "step": saved.get("step", 0),
+        "exported_from": str(Path(run).resolve()),
+    }
+    return save_checkpoint(snapshot, out), adapted
