@@ -27,10 +27,10 @@ from minigpt.config import TrainConfig, lr_at
 from minigpt.data import TokenData
 from minigpt.lora import add_adapters, has_adapters, load_trainable, trainable_state
 from minigpt.model import GPT, IGNORE_INDEX, ModelConfig
-from minigpt.optim import MasterWeights, make_optimizer
-from minigpt.optim.in_backward import StepInBackward
 from minigpt.offload import ActivationOffloader, make_offload_folder
 from minigpt.offload import saving as offload_saving
+from minigpt.optim import MasterWeights, make_optimizer
+from minigpt.optim.in_backward import StepInBackward
 from minigpt.precision import autocast_context
 
 
