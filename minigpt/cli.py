@@ -17,6 +17,14 @@ from typing import NoReturn
 
 from tabulate import tabulate
 
+from minigpt.cli_finetune import (
+    add_finetune_commands,
+    add_init_from_flags,
+    add_lora_flags,
+    lora_memory_note,
+    lora_shape,
+    settings_from_source,
+)
 from minigpt.run_state import first_line
 
 # Bad usage, exit code 2: the flags ask for something that cannot work (a missing --corpus file, an --out
@@ -50,7 +58,13 @@ def params_rows() -> list[dict]:
 
 
 def cmd_params(args: argparse.Namespace) -> int:
+    from minigpt.model import count_params, shaped_config
+
     rows = params_rows()
+    if any(getattr(args, k) is not None for k in ("preset", "n_layer", "n_embd", "n_head")):
+        c = shaped_config(args.preset or "10m", args.n_layer, args.n_embd, args.n_head)
+        shape = {"layers": c.n_layer, "width": c.n_embd, "heads": c.n_head, "ctx": c.ctx, "vocab": c.vocab_size}
+        rows = [{"name": "this config", **shape, "parameters": count_params(c)}]
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
@@ -81,9 +95,9 @@ def cmd_memory(args: argparse.Namespace) -> int:
     """Predicted (and with --measure, measured) memory of one training step, by kind."""
     from minigpt import memory
     from minigpt.device import pick_device
-    from minigpt.model import get_config
+    from minigpt.model import shaped_config
 
-    cfg = get_config(args.preset)
+    cfg = shaped_config(args.preset, args.n_layer, args.n_embd, args.n_head)
     ctx = args.ctx or cfg.ctx
     device = pick_device(args.device)
     precision = chosen_precision(args)
@@ -93,6 +107,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         precision=precision,
         checkpointing=args.checkpointing,
         master_weights=args.master_weights,
+        **lora_shape(args),
     )
     predicted = memory.estimate(cfg, device=device, **shape)
     measured = memory.measure(cfg, device=device, **shape) if args.measure else None
@@ -114,6 +129,8 @@ def cmd_memory(args: argparse.Namespace) -> int:
         f"checkpointing {args.checkpointing}, on {device}"
     )
     print(tabulate([r[: len(headers)] for r in rows], headers=headers, tablefmt="github", disable_numparse=True))
+    if lora_memory_note(args):
+        print(lora_memory_note(args))
     if sharded is not None:
         print(
             f"\nper process, --shard {args.shard} over {args.world} processes: the static state only "
@@ -180,6 +197,13 @@ def add_field_flag(p: argparse.ArgumentParser, name: str, **kwargs) -> None:
     p.add_argument("--" + name.replace("_", "-"), dest=name, default=default, **kwargs)
 
 
+def add_model_shape_flags(p: argparse.ArgumentParser) -> None:
+    """--n-layer, --n-embd, --n-head: any model of the preset's family, not only the preset itself."""
+    add_field_flag(p, "n_layer", type=int, help="blocks (default: the preset's)")
+    add_field_flag(p, "n_embd", type=int, help="width (default: the preset's); alone, it sets n_embd / 64 heads")
+    add_field_flag(p, "n_head", type=int, help="attention heads (default: the preset's)")
+
+
 def add_step_shape_flags(p: argparse.ArgumentParser) -> None:
     """The flags that shape one training step, shared by `minigpt train` and `minigpt memory`."""
     from minigpt.config import TrainConfig
@@ -190,6 +214,7 @@ def add_step_shape_flags(p: argparse.ArgumentParser) -> None:
     from minigpt.recompute import CHECKPOINTING_MODES
 
     add_field_flag(p, "preset", choices=list(PRESETS))
+    add_model_shape_flags(p)
     # no argparse default, so that --dtype (its alias) can tell whether --precision was given
     p.add_argument("--precision", choices=PRECISIONS, help=f"(default: {TrainConfig.precision})")
     p.add_argument("--dtype", choices=list(DTYPE_ALIASES), help="alias of --precision (float32 = fp32, ...)")
@@ -199,6 +224,7 @@ def add_step_shape_flags(p: argparse.ArgumentParser) -> None:
     add_field_flag(p, "checkpointing", choices=list(CHECKPOINTING_MODES))
     add_field_flag(p, "shard", choices=list(SHARD_MODES), help="torchrun: split AdamW (zero1) or all state (fsdp)")
     add_field_flag(p, "device", help=" | ".join(("auto", *SUPPORTED_DEVICE_TYPES)))
+    add_lora_flags(p, add_field_flag)
 
 
 def add_train_flags(p: argparse.ArgumentParser) -> None:
@@ -218,6 +244,7 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
     add_field_flag(p, "tokenizer", help="minigpt-8k (offline) or gpt2 (downloads)")
     add_field_flag(p, "out", help="run folder for checkpoint.pt and log.jsonl")
     add_field_flag(p, "resume", action="store_true", help="continue the run saved in --out")
+    add_init_from_flags(p, add_field_flag)
     p.add_argument("--json", action="store_true", help="print one final JSON object")
 
 
@@ -255,7 +282,6 @@ def train_warnings(cfg) -> list[str]:
 
     from minigpt import memory
     from minigpt.device import cpu_matmul_slowdown, pick_device
-    from minigpt.model import get_config
 
     notes, device = [], pick_device(cfg.device)
     if device.type == "cpu" and cfg.precision != "fp32":
@@ -269,7 +295,7 @@ def train_warnings(cfg) -> list[str]:
                 f"{slowdown:,.0f}x slower than fp32 here; --precision fp32 will train faster"
             )
     if cfg.checkpointing != "none":
-        model_cfg = get_config(cfg.preset, dropout=cfg.dropout)
+        model_cfg = cfg.model_config()
         shape = dict(batch=cfg.batch, ctx=cfg.ctx, precision=cfg.precision, master_weights=cfg.master_weights)
         kept = memory.estimate(model_cfg, checkpointing=cfg.checkpointing, device=device, **shape).activations
         full = memory.estimate(model_cfg, checkpointing="none", device=device, **shape).activations
@@ -291,6 +317,7 @@ def train_warnings(cfg) -> list[str]:
 def cmd_train(args: argparse.Namespace) -> int:
     from minigpt.train import train
 
+    settings_from_source(args)  # --init-from: preset, tokenizer and ctx from the source run
     cfg = train_config_from_args(args)
     for note in train_warnings(cfg):
         print(f"minigpt train: warning: {note}", file=sys.stderr)
@@ -318,7 +345,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="minigpt", description="Fit LLM training into the memory you have.")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("params", help="the presets and their parameter counts")
+    p = sub.add_parser("params", help="the presets and their parameter counts, or one config's (--n-layer ...)")
+    p.add_argument("--preset", help="the preset to change the shape of (default: 10m)")
+    add_model_shape_flags(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_params)
     sub.add_parser("doctor", help="versions and what this device supports").set_defaults(func=cmd_doctor)
@@ -348,6 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train a model")
     add_train_flags(p)
     p.set_defaults(func=cmd_train)
+    add_finetune_commands(sub)  # sample, export
     from minigpt.demos import DEMO_CHOICES
 
     p = sub.add_parser("demo", help="lecture demos: a few tables, a one-line conclusion, PNG figures")
