@@ -172,7 +172,7 @@ class StopSignals:
 
 # Settings a resumed run must share with the saved one: they fix the model's shape, its weights' dtype
 # and what the token ids mean. Others (steps, lr, batch, accum, ...) may change on resume.
-RESUME_MUST_MATCH = ("preset", "precision", "master_weights", "ctx", "tokenizer")
+RESUME_MUST_MATCH = ("preset", "n_layer", "n_embd", "n_head", "precision", "master_weights", "ctx", "tokenizer")
 # (a LoRA run's adapters also fix their shapes, and the base's storage what they were trained against)
 RESUME_MUST_MATCH += ("lora_rank", "lora_targets", "base_dtype", "quant_block", "train_norms", "train_embedding")
 

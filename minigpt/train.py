@@ -28,7 +28,7 @@ from minigpt.data import TokenData, load_tokens
 from minigpt.device import pick_device
 from minigpt.finetune import base_entry, check_base, check_source, load_source
 from minigpt.lora import describe_trainable
-from minigpt.model import GPT, get_config
+from minigpt.model import GPT
 from minigpt.optim import FUSED_ADAMW_DEVICES, MasterWeights, fused_adamw_supported, make_optimizer  # noqa: F401
 from minigpt.precision import autocast_context, check_precision
 from minigpt.run_state import RunFolder, StopSignals, rng_state, set_rng_state
@@ -260,7 +260,7 @@ def train(
                 file=sys.stderr,
             )
         base = source.weights if source else None
-        state = build_step_state(get_config(cfg.preset, dropout=cfg.dropout), cfg, device, base)
+        state = build_step_state(cfg.model_config(), cfg, device, base)
         model = state.model
         if cfg.lora_rank:
             say(describe_trainable(model))
