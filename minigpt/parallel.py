@@ -16,6 +16,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from minigpt.precision import normalize_precision
+
 _we_started_it = False
 
 
@@ -114,18 +116,37 @@ def check_shard_mode(shard: str) -> str:
     return shard
 
 
-def shard_model(model: nn.Module) -> nn.Module:
+def fsdp_dtypes(precision: str) -> tuple[torch.dtype | None, torch.dtype | None]:
+    """(gather dtype, reduce dtype) of FSDP under `precision`: None where the parameters' own dtype is used.
+
+    bf16 (autocast): the weights are gathered in bf16, the dtype autocast computes in, so each gather moves
+    half the bytes of fp32 and the whole weight never exists in fp32 outside its shard. The gradients are
+    reduced in fp32: a reduce-scatter sums N gradients, and bf16's 8 bits of mantissa would round each partial
+    sum (the reduced gradient is also what AdamW sees, in the fp32 shard). fp16 keeps fp32 gathers and
+    reduces: the GradScaler's scaled gradients would be summed in fp16's narrow range. fp32 and bf16-pure
+    (whose parameters are bf16 already) move their parameters' own dtype.
+    """
+    if normalize_precision(precision) == "bf16":
+        return torch.bfloat16, torch.float32
+    return None, None
+
+
+def shard_model(model: nn.Module, precision: str = "fp32") -> nn.Module:
     """FSDP2 (ZeRO-3) in place: each block's parameters, then the rest, split in 1/N row slices over the processes.
 
     Each parameter becomes a DTensor whose local part is this process's rows (dim 0 cut into N chunks,
     the last ones padded). Before a block runs, its whole weights are gathered, and freed again after;
     after its backward, its gradients are reduce-scattered, so each process keeps only its slice.
+    With bf16, a MixedPrecisionPolicy gathers in bf16 and reduces in fp32 (fsdp_dtypes says why); the
+    shards AdamW updates stay fp32.
     """
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    gather, reduce = fsdp_dtypes(precision)
+    policy = MixedPrecisionPolicy(param_dtype=gather, reduce_dtype=reduce)
     for block in model.blocks:
-        fully_shard(block)
-    fully_shard(model)  # the root: embedding (tied with lm_head) and the final norm
+        fully_shard(block, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)  # the root: embedding (tied with lm_head) and the final norm
     return model
 
 
