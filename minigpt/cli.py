@@ -107,6 +107,8 @@ def cmd_memory(args: argparse.Namespace) -> int:
         precision=precision,
         checkpointing=args.checkpointing,
         master_weights=args.master_weights,
+        optimizer=args.optimizer,
+        optimizer_in_backward=args.optimizer_in_backward,
         **lora_shape(args),
     )
     predicted = memory.estimate(cfg, device=device, **shape)
@@ -126,9 +128,16 @@ def cmd_memory(args: argparse.Namespace) -> int:
     headers = ["MiB", "predicted"] + (["measured"] if measured is not None else [])
     print(
         f"{args.preset} ({cfg.n_layer} layers), batch {args.batch} x ctx {ctx}, {precision}, "
-        f"checkpointing {args.checkpointing}, on {device}"
+        f"checkpointing {args.checkpointing}, {args.optimizer}{' in backward' if args.optimizer_in_backward else ''}, "
+        f"on {device}"
     )
     print(tabulate([r[: len(headers)] for r in rows], headers=headers, tablefmt="github", disable_numparse=True))
+    if args.optimizer != "adamw" or args.optimizer_in_backward:  # each optimizer lever as the term it changes
+        plain = memory.estimate(cfg, device=device, **{**shape, "optimizer": "adamw", "optimizer_in_backward": False})
+        for term, flag in (("optimizer", f"--optimizer {args.optimizer}"), ("gradients", "--optimizer-in-backward")):
+            if getattr(plain, term) != getattr(predicted, term):
+                print(f"{flag}: {term} {mib(getattr(plain, term))} -> {mib(getattr(predicted, term))} MiB predicted")
+        print(f"peak {mib(plain.peak)} -> {mib(predicted.peak)} MiB predicted, against AdamW with an ordinary step")
     if lora_memory_note(args):
         print(lora_memory_note(args))
     if sharded is not None:
@@ -206,7 +215,7 @@ def add_model_shape_flags(p: argparse.ArgumentParser) -> None:
 
 def add_step_shape_flags(p: argparse.ArgumentParser) -> None:
     """The flags that shape one training step, shared by `minigpt train` and `minigpt memory`."""
-    from minigpt.config import TrainConfig
+    from minigpt.config import OPTIMIZERS, TrainConfig
     from minigpt.device import SUPPORTED_DEVICE_TYPES
     from minigpt.model import PRESETS
     from minigpt.parallel import SHARD_MODES
@@ -223,6 +232,10 @@ def add_step_shape_flags(p: argparse.ArgumentParser) -> None:
     add_field_flag(p, "ctx", type=int, help="tokens per sequence (default: the preset's maximum)")
     add_field_flag(p, "checkpointing", choices=list(CHECKPOINTING_MODES))
     add_field_flag(p, "shard", choices=list(SHARD_MODES), help="torchrun: split AdamW (zero1) or all state (fsdp)")
+    add_field_flag(p, "optimizer", choices=list(OPTIMIZERS), help="adamw8bit: 8-bit moments, about 2 bytes a parameter")
+    add_field_flag(
+        p, "optimizer_in_backward", action="store_true", help="step each parameter in backward and free its gradient"
+    )
     add_field_flag(p, "device", help=" | ".join(("auto", *SUPPORTED_DEVICE_TYPES)))
     add_lora_flags(p, add_field_flag)
 

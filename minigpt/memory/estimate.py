@@ -7,13 +7,23 @@ THIS model's ops save and when the step's buffers live; measure.py meters the sa
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import torch
 
+from minigpt.config import check_optimizer
+from minigpt.loss import check_loss_chunks
 from minigpt.memory.activations import activation_table, block_activation_bytes, selective_rows
 from minigpt.memory.breakdown import MemoryBreakdown, Widths, device_type, widths
-from minigpt.memory.loss_head import loss_head_bytes
+from minigpt.memory.loss_head import HeadMoments, head_moments, loss_head_bytes
+from minigpt.memory.offloaded import head_reloads, region_reload
+from minigpt.memory.optimizer_state import (
+    adamw8bit_state_bytes,
+    in_backward_gradient_bytes,
+    in_backward_step_bytes,
+    optimizer_step_bytes,
+)
 from minigpt.memory.static_state import (
     fsdp_shard_params,
     matrix_params,
@@ -104,10 +114,11 @@ class _Transients:
     grad_into_embedding: int  # the (N, C) gradient reaching the embedding, alive during its backward
     weight_copies: int  # autocast: 16-bit copies of every weight matrix, all alive in its cache in the forward
     optimizer_step: int  # clip_grad_norm_'s norms, AdamW's temporaries, fp16's found-inf flag
+    head: HeadMoments  # the loss head's worst moments, plain or chunked (loss_head.head_moments)
 
     @property
     def logits(self) -> int:
-        return self.logits_held + self.loss_grads
+        return self.head.logits
 
     @property
     def activation_grads(self) -> int:
@@ -116,14 +127,24 @@ class _Transients:
         The tied embedding gets two (V, C) gradients: lm_head's, early in backward (it waits), and the
         embedding's, at the very end; autograd sums them into a third, the .grad.
         """
-        lm_head = self.tied_embedding_grad + self.lm_head_grad_16bit
+        lm_head = self.head.grads
         block = self.tied_embedding_grad + max(self.recomputed) + self.block_backward
         embedding = 2 * self.tied_embedding_grad + self.grad_into_embedding
         return max(lm_head, block, embedding)
 
 
 def _transients(
-    cfg: ModelConfig, batch: int, ctx: int, precision: str, mode: str, master_weights: bool, device: str
+    cfg: ModelConfig,
+    batch: int,
+    ctx: int,
+    precision: str,
+    mode: str,
+    master_weights: bool,
+    device: str,
+    *,
+    optimizer: str = "adamw",
+    optimizer_in_backward: bool = False,
+    loss_chunks: int = 1,
 ) -> _Transients:
     w, tokens, V, C = widths(precision), batch * ctx, cfg.vocab_size, cfg.n_embd
     # AdamW's state has the trained parameters' dtype. Its temporaries: none with the fused kernel, which
@@ -134,7 +155,10 @@ def _transients(
     # clip_grad_norm_ (foreach): a norm per gradient tensor, their stack and the total, in the gradients' dtype
     clip_norms = (2 * _param_tensors(cfg) + 1) * adam_state_bytes
     found_inf = 4 if precision == "fp16" else 0  # GradScaler's flag, which the fused step reads
-    head = loss_head_bytes(cfg, tokens, w)
+    step_bytes = adam_state_bytes * adam_temporaries + clip_norms
+    if optimizer != "adamw" or optimizer_in_backward:  # AdamW8bit's fp32 chunks; one tensor at a time in backward
+        step_bytes = optimizer_step_bytes(cfg, optimizer, optimizer_in_backward, device, adam_state_bytes, clip_norms)
+    head = loss_head_bytes(cfg, tokens, w, loss_chunks)
     return _Transients(
         logits_held=head.logits_held,
         logits_upcast=head.logits_upcast,
@@ -147,26 +171,33 @@ def _transients(
         block_backward=_block_backward(cfg, tokens, w),
         grad_into_embedding=w.residual * C * tokens,
         weight_copies=2 * matrix_params(cfg) if w.autocast else 0,
-        optimizer_step=adam_state_bytes * adam_temporaries + clip_norms + found_inf,
+        optimizer_step=step_bytes + found_inf,
+        head=head_moments(cfg, tokens, w, loss_chunks, w.model * V * C, 2 * V * C if w.autocast else 0),
     )
 
 
-def _always_alive(cfg: ModelConfig, w: Widths, device: str, weights: int, optimizer: int) -> int:
+def _always_alive(
+    cfg: ModelConfig, w: Widths, device: str, weights: int, optimizer: int, counters_on_device: bool = True
+) -> int:
     """Bytes there through the whole step: weights, AdamW's state (from the second step on), the RoPE
     tables (buffers), AdamW's step counters (a 4-byte tensor per parameter tensor, 2 outside the blocks and
-    7 in each, on the device for the fused kernel) and, on CUDA, cuBLAS's workspaces.
+    7 in each, on the device for the fused kernel; AdamW8bit's are Python ints) and, on CUDA, cuBLAS's workspaces.
     """
     rope_tables = 2 * cfg.ctx * (cfg.head_dim // 2) * w.model  # cos and sin
-    step_counters = 4 * _param_tensors(cfg) if device in FUSED_ADAMW_DEVICES else 0
+    step_counters = 4 * _param_tensors(cfg) if device in FUSED_ADAMW_DEVICES and counters_on_device else 0
     return weights + optimizer + rope_tables + step_counters + (CUDA_LIBRARY_WORKSPACE if device == "cuda" else 0)
 
 
-def _backward_through_blocks(cfg: ModelConfig, w: Widths, mode: str, t: _Transients, kept_per_region: int) -> int:
+def _backward_through_blocks(
+    cfg: ModelConfig, w: Widths, mode: str, t: _Transients, kept_per_region: int, in_backward_step: int | None = None
+) -> int:
     """The worst region of backward through the blocks, which goes one region at a time from the top.
 
     At region i: the regions below it (it included) still hold their activations, the gradients of the
     blocks above exist, and this region is recomputed. Autocast's weight copies: without checkpointing,
     the graph keeps those of the regions not yet done; with it, the recomputed region makes its own again.
+    With the step in backward (`in_backward_step`: what a block tensor's hook holds) no gradient above is
+    kept; a hook runs between the block's ops, with the residual stream's gradient in flight.
     """
     regions = _regions(cfg, mode)
     copies_per_block = 2 * _block_matrix_params(cfg) if w.autocast else 0
@@ -175,44 +206,60 @@ def _backward_through_blocks(cfg: ModelConfig, w: Widths, mode: str, t: _Transie
         activations_left = (i + 1) * kept_per_region
         grads_above = w.model * (_block_params(cfg) * sum(regions[i + 1 :]) + cfg.n_embd)  # + final norm's gain
         copies = copies_per_block * (sum(regions[: i + 1]) if mode == "none" else blocks)
+        if in_backward_step is not None:  # a hook runs between the block's ops, beside the residual's gradient
+            residual_grad = t.grad_into_embedding  # (N, C) in the residual stream's dtype, as at the embedding
+            hook = activations_left + t.recomputed[i] + copies + residual_grad + in_backward_step
+            worst, grads_above = max(worst, hook), 0
         worst = max(worst, activations_left + grads_above + t.recomputed[i] + t.block_backward + copies)
     return worst
 
 
 def _moments(
-    cfg: ModelConfig, tokens: int, w: Widths, mode: str, t: _Transients, rows: list[dict], always: int, gradients: int
+    cfg: ModelConfig,
+    tokens: int,
+    w: Widths,
+    mode: str,
+    t: _Transients,
+    rows: list[dict],
+    always: int,
+    gradients: int,
+    in_backward: tuple[int, int] | None = None,
 ) -> dict[str, int]:
-    """Live bytes at the worst point of each phase of the step (the phases measure() marks)."""
-    V, C = cfg.vocab_size, cfg.n_embd
+    """Live bytes at the worst point of each phase of the step (the phases measure() marks).
+
+    `in_backward`: with the step in backward, what a hook holds while it steps a block's tensor and the
+    embedding (optimizer_state.in_backward_step_bytes).
+    """
     activations = sum(r["bytes"] for r in rows)
     outside = [r for r in rows if r["part"] == "outside the blocks"]
     kept_per_region = (activations - sum(r["bytes"] for r in outside)) // len(_regions(cfg, mode))
     # what the embedding's backward needs (the token ids, its dropout mask) stays until the very end
     embedding_saved = sum(r["bytes"] for r in outside if r["tensor"].startswith(("token ids", "embedding dropout")))
-    # autocast's weight copies the graph keeps after the forward: lm_head's always, the blocks' without checkpointing
-    lm_head_copy = 2 * V * C if w.autocast else 0
+    # autocast's weight copies the graph keeps after the forward: the blocks' without checkpointing (lm_head's:
+    # in the loss head's moments)
     block_copies = 2 * cfg.n_layer * _block_matrix_params(cfg) if (w.autocast and mode == "none") else 0
     model_grads = w.model * count_params(cfg)  # every gradient as backward makes it, in the model's dtype
-    return {
+    moments = {
         # at the loss: every activation, all weight copies (autocast's cache), the logits and their fp32 upcast
-        "forward": always + activations + t.weight_copies + t.logits_held + t.logits_upcast,
+        "forward": always + activations + t.weight_copies + t.head.forward,
         # cross-entropy's two (N, V) gradients; or, a little later, the logits' gradient and lm_head's
-        "backward: loss head": always
-        + activations
-        + lm_head_copy
-        + block_copies
-        + t.logits_held
-        + max(t.loss_grads, t.logits_grad - t.saved_log_softmax + t.tied_embedding_grad + t.lm_head_grad_16bit),
+        "backward: loss head": always + activations + block_copies + t.head.backward,  # (loss_head.py)
         # lm_head's gradient of the tied embedding waits for the embedding's
         "backward: blocks": always
         + t.logits_held
         + t.tied_embedding_grad
         + embedding_saved
-        + _backward_through_blocks(cfg, w, mode, t, kept_per_region),
+        + _backward_through_blocks(cfg, w, mode, t, kept_per_region, in_backward[0] if in_backward else None),
         # the embedding's gradient, lm_head's, and their sum (the .grad, counted in model_grads)
         "backward: embedding": always + model_grads + 2 * t.tied_embedding_grad + t.grad_into_embedding + t.logits_held,
         "optimizer": always + gradients + t.optimizer_step,
     }
+    if in_backward:  # the step in backward: each gradient is gone once its parameter is stepped
+        # the embedding's two gradients and their sum (its .grad, the only gradient left); then its hook's step
+        summed = always + 3 * t.tied_embedding_grad + t.grad_into_embedding + t.logits_held
+        moments["backward: embedding"] = max(summed, always + t.logits_held + in_backward[1])
+        moments["optimizer"] = always  # nothing left to step: the schedule moves, the grad norm is read
+    return moments
 
 
 def _predict(
@@ -225,17 +272,37 @@ def _predict(
     device: str,
     static: tuple[int, int, int],
     rows: list[dict],
+    *,
+    optimizer: str = "adamw",
+    optimizer_in_backward: bool = False,
+    loss_chunks: int = 1,
+    offload_activations: bool = False,
 ) -> dict:
-    """The transient fields and the moments of MemoryBreakdown, in bytes, from the config."""
-    w, (weights, gradients, optimizer) = widths(precision), static
-    t = _transients(cfg, batch, ctx, precision, mode, master_weights, device)
-    always = _always_alive(cfg, w, device, weights, optimizer)
+    """The transient fields and the moments of MemoryBreakdown, in bytes, from the config.
+
+    With offload_activations, the moments hold the rows left on the device plus what is read back
+    (offloaded.py): the loss head's, at its forward and backward, and one region's, in the blocks' backward.
+    """
+    w, (weights, gradients, optimizer_bytes) = widths(precision), static
+    levers = dict(optimizer=optimizer, optimizer_in_backward=optimizer_in_backward)
+    t = _transients(cfg, batch, ctx, precision, mode, master_weights, device, **levers, loss_chunks=loss_chunks)
+    always = _always_alive(cfg, w, device, weights, optimizer_bytes, counters_on_device=optimizer == "adamw")
+    in_backward = None
+    if optimizer_in_backward:
+        hook = functools.partial(in_backward_step_bytes, cfg, optimizer, device, w.model, master_weights)
+        in_backward = (hook(embedding=False), hook(embedding=True))
+    on_device = [r for r in rows if not r["offloaded"]]
+    moments = _moments(cfg, batch * ctx, w, mode, t, on_device, always, gradients, in_backward)
+    if offload_activations:
+        reloaded = {"forward": head_reloads(rows), "backward: loss head": head_reloads(rows)}
+        reloaded["backward: blocks"] = region_reload(rows)
+        moments = {phase: live + reloaded.get(phase, 0) for phase, live in moments.items()}
     return {
         "logits": t.logits,
         "activation_grads": t.activation_grads,
         "weight_copies": t.weight_copies,
         "optimizer_step": t.optimizer_step,
-        "moments": _moments(cfg, batch * ctx, w, mode, t, rows, always, gradients),
+        "moments": moments,
     }
 
 
@@ -251,23 +318,42 @@ def estimate(
     checkpointing: str = "none",
     master_weights: bool = False,
     device: torch.device | str = "cuda",
+    *,
+    optimizer: str = "adamw",
+    optimizer_in_backward: bool = False,
+    loss_chunks: int = 1,
+    offload_activations: bool = False,
 ) -> MemoryBreakdown:
     """Predicted memory of one training step, from the config alone (no tensor is made).
 
     `device` picks the kernels' rules: "cuda" (fused dropout and attention) or any other
     type (CPU rules). They differ only with dropout > 0 and in AdamW's temporaries.
+    `optimizer` "adamw8bit": 8-bit moments (optimizer_state.py); `optimizer_in_backward`: the gradients
+    term is the largest single gradient, the only one alive at a time.
+    `loss_chunks`: the loss head in chunks (loss_head.py); `offload_activations`: the saved tensors that
+    leave the device are the `offloaded` term, not activations (offloaded.py).
     """
     precision = normalize_precision(precision)
+    check_optimizer(optimizer, optimizer_in_backward, precision)
     dev = device_type(device)
     static = static_bytes(model_cfg, precision, master_weights)
-    rows = activation_table(model_cfg, batch, ctx, precision, checkpointing, dev)
-    weights, gradients, optimizer = static
+    check_loss_chunks(loss_chunks, batch * ctx)
+    table_levers = dict(loss_chunks=loss_chunks, offload_activations=offload_activations)
+    rows = activation_table(model_cfg, batch, ctx, precision, checkpointing, dev, **table_levers)
+    weights, gradients, optimizer_bytes = static
+    if optimizer == "adamw8bit":
+        optimizer_bytes = adamw8bit_state_bytes(model_cfg)
+    if optimizer_in_backward:
+        gradients = in_backward_gradient_bytes(model_cfg, widths(precision).model, master_weights)
+    levers = dict(optimizer=optimizer, optimizer_in_backward=optimizer_in_backward, **table_levers)
+    static = (weights, gradients, optimizer_bytes)
     return MemoryBreakdown(
         weights=weights,
         gradients=gradients,
-        optimizer=optimizer,
-        activations=sum(r["bytes"] for r in rows),
-        **_predict(model_cfg, batch, ctx, precision, checkpointing, master_weights, dev, static, rows),
+        optimizer=optimizer_bytes,
+        activations=sum(r["bytes"] for r in rows if not r["offloaded"]),
+        offloaded=sum(r["bytes"] for r in rows if r["offloaded"]) if offload_activations else None,
+        **_predict(model_cfg, batch, ctx, precision, checkpointing, master_weights, dev, static, rows, **levers),
     )
 
 

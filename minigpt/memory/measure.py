@@ -13,14 +13,17 @@ The meters are in meters.py; memory_snapshot() and memory_timeline() (pictures.p
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 
 import torch
 
 from minigpt import step
 from minigpt.config import TrainConfig
+from minigpt.loss import check_loss_chunks
 from minigpt.memory.breakdown import MemoryBreakdown, check_shape
 from minigpt.memory.meters import LiveTensorTracker, SavedTensorMeter
 from minigpt.model import GPT, ModelConfig
+from minigpt.optim.adamw8bit import QUANTIZED_KEYS
 from minigpt.precision import autocast_context, check_precision, normalize_precision
 
 # ----------------------------------------------------------------------------------------------------------
@@ -36,6 +39,12 @@ def prepare_step(
     master_weights: bool,
     device: torch.device,
     seed: int,
+    *,
+    optimizer: str = "adamw",
+    optimizer_in_backward: bool = False,
+    loss_chunks: int = 1,
+    offload_activations: bool = False,
+    **lora: object,
 ) -> tuple[step.StepState, TrainConfig, tuple]:
     """Check the arguments; build the step with minigpt.step.build_step_state; make one batch of tokens.
 
@@ -44,6 +53,14 @@ def prepare_step(
     """
     check_shape(cfg, batch, ctx)
     train_cfg = TrainConfig(precision=precision, checkpointing=checkpointing, master_weights=master_weights, seed=seed)
+    if optimizer != "adamw" or optimizer_in_backward:  # the step in backward cannot clip by the global norm
+        grad_clip = 0.0 if optimizer_in_backward else train_cfg.grad_clip
+        levers = dict(optimizer=optimizer, optimizer_in_backward=optimizer_in_backward)
+        train_cfg = replace(train_cfg, **levers, grad_clip=grad_clip)
+    check_loss_chunks(loss_chunks, batch * ctx)  # (set after: TrainConfig checks it against its own ctx)
+    train_cfg.loss_chunks, train_cfg.offload_activations = loss_chunks, offload_activations
+    if lora.get("lora_rank"):  # adapters on a frozen base: the LoRA settings of measure() (TrainConfig's names)
+        train_cfg = replace(train_cfg, **lora)
     check_precision(device, precision)  # refuses a precision this device would silently ignore
     torch.manual_seed(seed)  # dropout masks, seeded as train() seeds them
     state = step.build_step_state(cfg, train_cfg, device)
@@ -54,9 +71,14 @@ def prepare_step(
     return state, train_cfg, xy
 
 
+# The optimizer state's tensors that hold the moments: AdamW's fp32 ones, or AdamW8bit's codes and scales
+MOMENT_KEYS = ("exp_avg", "exp_avg_sq", *QUANTIZED_KEYS)
+
+
 def _adamw_state(optimizer: torch.optim.Optimizer, keys: tuple[str, ...] | None = None):
     """AdamW's state tensors (`keys` of each parameter's state, or all of them: moments and step counters)."""
-    return (v for s in optimizer.state.values() for k, v in s.items() if keys is None or k in keys)
+    state = optimizer.state.values()
+    return (v for s in state for k, v in s.items() if torch.is_tensor(v) and (keys is None or k in keys))
 
 
 def _storages(tensors, device_type: str) -> dict[int, int]:
@@ -77,7 +99,8 @@ def _phase_marks(model: GPT, tracker: LiveTensorTracker, saved: SavedTensorMeter
 
     def on_grad(name):  # the gradient reaching this module's output means backward has got past it
         def hook(module, args, output):
-            output.register_hook(phase(name))
+            if output.requires_grad:  # a frozen embedding (LoRA) has no backward of its own
+                output.register_hook(phase(name))
 
         return hook
 
@@ -145,6 +168,17 @@ def measure(
     master_weights: bool = False,
     device: torch.device | str = "cpu",
     seed: int = 0,
+    *,
+    optimizer: str = "adamw",
+    optimizer_in_backward: bool = False,
+    loss_chunks: int = 1,
+    offload_activations: bool = False,
+    lora_rank: int = 0,
+    lora_targets: str = "attn",
+    base_dtype: str = "fp32",
+    quant_block: int = 64,
+    train_norms: bool = False,
+    train_embedding: bool = False,
 ) -> MemoryBreakdown:
     """Run one real training step (train's forward, backward, clipping, AdamW) and count its memory by kind.
 
@@ -156,12 +190,25 @@ def measure(
     torch.cuda.max_memory_allocated over a step that follows a warm-up step (it also counts what
     libraries allocate through PyTorch, such as cuBLAS's workspace, and the allocator's rounding);
     elsewhere the largest moment.
+    With optimizer_in_backward the optimizer steps inside backward, once per parameter: gradients is then
+    the most gradient bytes alive at once, and the step's temporaries count as optimizer_step wherever they
+    are made. A warm-up step comes first there too, so that the state exists before the metered step.
+    With offload_activations, `offloaded` is what sat in host memory or the temp file at most, and the
+    offloader, whose hooks replace the meter's, says what stayed on the device; what backward reads back
+    counts in the moments (not as a transient term).
     """
     precision, device = normalize_precision(precision), torch.device(device)
-    state, train_cfg, xy = prepare_step(model_cfg, batch, ctx, precision, checkpointing, master_weights, device, seed)
-    model, optimizer = state.model, state.optimizer
-    if device.type == "cuda":  # a warm-up step, so the measured one starts with AdamW's state allocated
+    levers = dict(optimizer=optimizer, optimizer_in_backward=optimizer_in_backward)
+    levers.update(loss_chunks=loss_chunks, offload_activations=offload_activations)
+    levers.update(lora_rank=lora_rank, lora_targets=lora_targets, base_dtype=base_dtype, quant_block=quant_block)
+    levers.update(train_norms=train_norms, train_embedding=train_embedding)
+    shape = (model_cfg, batch, ctx, precision, checkpointing, master_weights, device, seed)
+    state, train_cfg, xy = prepare_step(*shape, **levers)
+    model, optimizer, in_backward = state.model, state.optimizer, state.in_backward
+    if device.type == "cuda" or in_backward or levers["optimizer"] != "adamw":  # a warm-up step: the measured one
+        # starts with all the state (AdamW8bit's update of its first tensors would see no state of the later ones)
         step.train_step(state, [xy], device, precision, train_cfg.grad_clip)
+    if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
 
@@ -169,22 +216,42 @@ def measure(
     existing = _storages([*all_params, *model.buffers(), *xy, *_adamw_state(optimizer)], kind)
     tracker, saved, end = LiveTensorTracker(all_params, kind), SavedTensorMeter(model), {}
 
+    def note_grads(grads) -> None:  # the records of these gradients count as gradients, whenever they die
+        made = {g.untyped_storage().data_ptr() for g in grads if g is not None}
+        end["grads_made"] |= {i for i in tracker.live_records() if tracker.records[i]["ptr"] in made}
+
     def backward_done() -> None:  # bf16-pure + master: backward's bf16 grads become fp32 ones next
-        made = {p.grad.untyped_storage().data_ptr() for p in model.parameters() if p.grad is not None}
-        end["grads_made"] = {i for i in tracker.live_records() if tracker.records[i]["ptr"] in made}
+        note_grads(p.grad for p in model.parameters())
         tracker.set_phase("optimizer")
 
+    step_ops: list[list[int]] = []  # [first, last] op of each optimizer.step(): what it makes is optimizer_step
+
     def adamw_done(*_) -> None:  # AdamW has stepped: optimizer_step frees the gradients next, so look now
+        step_ops[-1].append(tracker.clock)
+        if in_backward and not end.get("finished"):  # one parameter stepped inside backward: its gradient
+            note_grads(p.grad for p in state.train_params)
+            return
         end["grads"] = _storages((p.grad for p in state.train_params), kind)
         end["state"] = _storages(_adamw_state(optimizer), kind)
-        end["moments"] = _storages(_adamw_state(optimizer, ("exp_avg", "exp_avg_sq")), kind)
+        end["moments"] = _storages(_adamw_state(optimizer, MOMENT_KEYS), kind)
         tracker.stop()  # the rest of optimizer_step (scaler update, schedule, zero_grad) is not metered
 
-    optimizer.register_step_post_hook(adamw_done)  # (the optimizer is ours: it goes with the step)
-    with _phase_marks(model, tracker, saved, end), tracker, saved:
-        step.forward_backward(model, [xy], device, precision, state.scaler)
+    end["grads_made"] = set()
+    optimizer.register_step_pre_hook(lambda *_: step_ops.append([tracker.clock]))  # (the optimizer goes with
+    optimizer.register_step_post_hook(adamw_done)  # the step: its hooks need no removing)
+    if in_backward:  # each hook shows its parameter's gradient before it frees it (a bf16 one, with master)
+        in_backward.watch = lambda grad: note_grads([grad])
+    offload, reloads = step.new_offloader(state, device), set()
+    if offload is not None:  # what backward reads back: (address, op) of each buffer, to count it as activations
+        offload.on_load = lambda storage: reloads.add((storage.data_ptr(), tracker.clock))
+    with offload or contextlib.nullcontext(), _phase_marks(model, tracker, offload or saved, end), tracker, saved:
+        step.forward_backward(model, [xy], device, precision, state.scaler, offload)
         backward_done()
         step.optimizer_step(state, train_cfg.grad_clip)
+        if in_backward:  # every parameter was stepped in backward: nothing left to free
+            end["finished"] = True
+            step_ops.append([tracker.clock])
+            adamw_done()
     if "grads" not in end:
         raise RuntimeError(
             "the GradScaler skipped this step (inf or NaN gradients), so AdamW never ran: "
@@ -196,16 +263,19 @@ def measure(
     param_shapes = {tuple(p.shape) for p in all_params}
 
     def category(rec: dict) -> str:
-        if rec["weight_copy"]:
+        in_step = any(first < rec["born"] <= last for first, last in step_ops)  # AdamW8bit's fp32 copies of bf16
+        if rec["weight_copy"] and not in_step:  # weights are its temporaries, not autocast's weight copies
             return "weight_copies"
         if (rec["died"] is None and rec["ptr"] in grads) or rec["index"] in end["grads_made"]:
             return "gradients"
         if rec["died"] is None and rec["ptr"] in state_storages:
             return "optimizer"
-        if rec["phase"] == "optimizer":
+        if rec["phase"] == "optimizer" or in_step:
             return "optimizer_step"
         if rec["index"] in end["alive"]:  # alive when the model's forward returned
             return "logits" if rec["ptr"] in end["outputs"] else "activations"
+        if (rec["ptr"], rec["born"]) in reloads:  # an offloaded activation, read back for backward
+            return "activations"
         if (
             rec["phase"] != "backward: blocks"
             and rec["shape"][-1:] == (model_cfg.vocab_size,)
@@ -222,7 +292,7 @@ def measure(
     }
     return MemoryBreakdown(
         weights=sum(_storages(all_params, kind).values()),
-        gradients=sum(grads.values()),
+        gradients=maxima.get("gradients", 0) if in_backward else sum(grads.values()),  # in backward: most at once
         optimizer=sum(end["moments"].values()),
         activations=sum(kept.values()),
         logits=maxima.get("logits", 0),
@@ -232,4 +302,5 @@ def measure(
         moments=step_moments,
         device_peak=cuda_peak if cuda_peak is not None else max(step_moments.values()),
         saved_by_hooks=sum(hooked.values()),
+        offloaded=offload.peak_offloaded_bytes if offload is not None else None,
     )

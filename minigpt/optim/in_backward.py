@@ -17,6 +17,8 @@ What cannot work is refused by config.check_optimizer: accumulation, global-norm
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from minigpt.optim.master_weights import MasterWeights
@@ -36,11 +38,14 @@ class StepInBackward:
         self.optimizer = optimizer
         self.norm_squared: torch.Tensor | None = None  # sum over parameters of |grad|^2, this step so far
         self.steps_taken = 0  # parameter updates this step (a check that every parameter got its one)
+        self.watch: Callable[[torch.Tensor], None] | None = None  # a meter's look at each gradient before it goes
         copies = dict((id(p), m) for p, m in master.pairs) if master else {}
         self.handles = [p.register_post_accumulate_grad_hook(self._hook(copies.get(id(p)))) for p in params]
 
     def _hook(self, copy: torch.Tensor | None):
         def step_this_parameter(p: torch.Tensor) -> None:
+            if self.watch is not None:
+                self.watch(p.grad)
             trained = p if copy is None else copy
             if copy is not None:  # MasterWeights.grads_to_master, for this parameter
                 copy.grad, p.grad = p.grad.float(), None
