@@ -247,10 +247,10 @@ class GPT(nn.Module):
         x = self.emb_dropout(self.tok_emb(idx))
         mode = self.checkpointing if (self.training and torch.is_grad_enabled()) else "none"
         x = run_blocks(self.blocks, x, self.rope_cos, self.rope_sin, mode)
-        x = self.final_norm(x)
         if targets is not None and self.loss_chunks > 1:  # the (B, T, V) logits are never made whole
-            return None, chunked_cross_entropy(x, self.lm_head.weight, targets, self.loss_chunks, reduction)
-        logits = self.lm_head(x)
+            hidden = self.final_norm(x)
+            return None, chunked_cross_entropy(hidden, self.lm_head.weight, targets, self.loss_chunks, reduction)
+        logits = self.lm_head(self.final_norm(x))
         if targets is None:
             return logits, None
         return logits, cross_entropy_fp32(logits, targets, reduction)  # upcast to fp32 before the softmax

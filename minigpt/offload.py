@@ -101,6 +101,7 @@ class ActivationOffloader:
         self.offloaded_bytes = 0  # bytes off the device now (this micro-batch)
         self.peak_offloaded_bytes = 0  # the most there were at once
         self.enabled = True  # for measure(): the same switch as SavedTensorMeter's (always on here)
+        self.on_load = None  # for measure(): called with each storage read back, right after it is made
 
     # -- the temp folder: made on entry, removed on exit (success, error or Ctrl-C) ----------------------
     def __enter__(self) -> ActivationOffloader:
@@ -194,6 +195,8 @@ class ActivationOffloader:
 
     def _load(self, stored: _Stored) -> torch.UntypedStorage:
         buf = torch.empty(stored.nbytes, dtype=torch.uint8, device=self.device)
+        if self.on_load is not None:
+            self.on_load(buf.untyped_storage())
         if self.device.type == "cuda":
             buf.copy_(stored.host, non_blocking=True)
         else:

@@ -16,6 +16,7 @@ import torch
 
 from minigpt.memory.breakdown import Widths, check_mode, check_shape, device_type, widths
 from minigpt.memory.loss_head import loss_head_rows
+from minigpt.memory.offloaded import is_offloaded
 from minigpt.model import ModelConfig
 from minigpt.recompute import sqrt_segments
 
@@ -105,7 +106,7 @@ def selective_rows(cfg: ModelConfig, ctx: int, w: Widths, device: str) -> list[t
     ]
 
 
-def _outside_rows(cfg: ModelConfig, w: Widths, device: str) -> list[tuple[str, int, int]]:
+def _outside_rows(cfg: ModelConfig, w: Widths, device: str, loss_chunks: int = 1) -> list[tuple[str, int, int]]:
     """Saved outside the blocks: embedding, final norm, lm_head and the loss."""
     C, a = cfg.n_embd, w.compute
     rows = [("token ids, int64 (saved by the embedding)", 8, 0)]
@@ -116,7 +117,7 @@ def _outside_rows(cfg: ModelConfig, w: Widths, device: str) -> list[tuple[str, i
         ("final_norm: 1/rms", 4, 0),
         ("final_norm: x/rms", w.residual * C, 0),
         ("lm_head input: final_norm's output" + (", cast by autocast" if w.autocast else ""), a * C, 0),
-        *loss_head_rows(cfg),
+        *loss_head_rows(cfg, loss_chunks),
     ]
 
 
@@ -127,11 +128,15 @@ def activation_table(
     precision: str = "fp32",
     checkpointing: str = "none",
     device: torch.device | str = "cuda",
+    *,
+    loss_chunks: int = 1,
+    offload_activations: bool = False,
 ) -> list[dict]:
     """Every tensor the training forward keeps for backward: one row each, with its bytes per token.
 
     `count` is how many of it there are (n_layer for a per-block tensor, the number of segments for
     sqrt checkpointing); `bytes` = count * (per_token * batch * ctx + fixed). Their sum is activations.
+    `offloaded`: --offload-activations moves the row off the device (then activations are the other rows).
     """
     check_shape(model_cfg, batch, ctx)
     w, dev, mode = widths(precision), device_type(device), check_mode(checkpointing)
@@ -151,7 +156,7 @@ def activation_table(
         ]
     else:
         groups = [("each block", L, selective_rows(model_cfg, ctx, w, dev))]
-    groups.append(("outside the blocks", 1, _outside_rows(model_cfg, w, dev)))
+    groups.append(("outside the blocks", 1, _outside_rows(model_cfg, w, dev, loss_chunks)))
     tokens = batch * ctx
     return [
         {
@@ -161,6 +166,7 @@ def activation_table(
             "fixed": fixed,
             "count": count,
             "bytes": count * (per_token * tokens + fixed),
+            "offloaded": offload_activations and is_offloaded(name, per_token, fixed, tokens, mode, dev),
         }
         for part, count, rows in groups
         for name, per_token, fixed in rows

@@ -30,6 +30,7 @@ class MemoryBreakdown:
     moments: dict[str, int] = field(default_factory=dict)  # phase of the step -> live bytes at its worst
     device_peak: int | None = None  # measure() only: the real peak of the step (see measure)
     saved_by_hooks: int | None = None  # measure() only: what saved_tensors_hooks alone counted
+    offloaded: int | None = None  # --offload-activations: saved tensors moved to host memory or disk (not the peak)
 
     @property
     def static(self) -> int:

@@ -3,12 +3,17 @@
 Per token the head makes a row of V logits, cross-entropy upcasts it to fp32 and keeps its log-softmax,
 and the backward makes two fp32 gradients of it at once, then the logits' own gradient. With a vocabulary
 of thousands, these rows outweigh a whole block's activations (chapter 2 measures it).
+
+With --loss-chunks K (minigpt.loss.ChunkedCrossEntropy) only one chunk of n = ceil(N / K) rows exists at a
+time, in the forward and again in the backward, and what is kept for backward is one fp32 log-sum-exp per
+token instead of the (N, V) log-softmax.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from minigpt.loss import chunk_rows
 from minigpt.memory.breakdown import Widths
 from minigpt.model import ModelConfig
 
@@ -22,11 +27,15 @@ class LossHeadBytes:
     saved_log_softmax: int  # fp32 log-softmax, an activation, freed once cross-entropy's backward is done
     loss_grads: int  # cross-entropy's backward: nll_loss's and log_softmax's fp32 (N, V) gradients, at once
     logits_grad: int  # then the gradient of the logits themselves, in the compute dtype
+    chunk: int = 0  # chunked: one chunk's logits, and their fp32 upcast under autocast (forward and backward)
 
 
-def loss_head_bytes(cfg: ModelConfig, tokens: int, w: Widths) -> LossHeadBytes:
-    """The loss head's buffers for `tokens` tokens at the widths of one precision mode."""
+def loss_head_bytes(cfg: ModelConfig, tokens: int, w: Widths, chunks: int = 1) -> LossHeadBytes:
+    """The loss head's buffers for `tokens` tokens at the widths of one precision mode, in `chunks` chunks."""
     V = cfg.vocab_size
+    if chunks > 1:  # nothing (N, V) exists: one chunk at a time, made, reduced and dropped
+        upcast = 4 if w.compute == 2 else 0
+        return LossHeadBytes(0, 0, 0, 0, 0, chunk=(w.compute + upcast) * V * chunk_rows(tokens, chunks))
     return LossHeadBytes(
         logits_held=w.compute * V * tokens,
         logits_upcast=4 * V * tokens if w.compute == 2 else 0,
@@ -36,10 +45,65 @@ def loss_head_bytes(cfg: ModelConfig, tokens: int, w: Widths) -> LossHeadBytes:
     )
 
 
-def loss_head_rows(cfg: ModelConfig) -> list[tuple[str, int, int]]:
+def loss_head_rows(cfg: ModelConfig, chunks: int = 1) -> list[tuple[str, int, int]]:
     """(tensor, bytes per token, fixed bytes) of what the loss keeps for backward (activation_table's rows)."""
+    if chunks > 1:
+        return [
+            ("log-sum-exp of each token's logits, fp32 (saved by the chunked loss)", 4, 0),
+            ("targets, int64 (saved by the loss)", 8, 0),
+        ]
     return [
         ("log-softmax of the logits, fp32 (saved by cross-entropy)", 4 * cfg.vocab_size, 0),
         ("targets, int64 (saved by the loss)", 8, 0),
         ("loss normalizer, one fp32", 0, 4),
     ]
+
+
+# The chunked loss's small tensors, measured on torch 2.13's CPU kernels: per token (the ignore mask, the
+# backward's scale) and per chunk row (the target's logit, the max, the sums), at the head's worst moment.
+CHUNKED_FORWARD_SMALL = (1, 5 * 4)  # (bytes per token, bytes per chunk row)
+CHUNKED_BACKWARD_SMALL = (4 + 1, 2 * 8)
+
+
+@dataclass(frozen=True)
+class HeadMoments:
+    """What the loss head adds on top of the activations at its worst moments, and its `logits` term."""
+
+    forward: int  # at the worst point of the head's forward (besides the activations and the weight copies)
+    backward: int  # at the worst point of its backward (besides the activations and the blocks' weight copies)
+    logits: int  # MemoryBreakdown.logits: the (N, V) or (n, V) tensors alive at once
+    grads: int  # activation_grads at the head: lm_head's weight gradient (and, chunked, d hidden) as it is made
+
+
+def head_moments(cfg: ModelConfig, tokens: int, w: Widths, chunks: int, tied_grad: int, lm_head_grad_16bit: int):
+    """The loss head's moments: plain cross-entropy's (N, V) tensors, or one chunk's (n, V) at a time.
+
+    `tied_grad` is lm_head's (V, C) gradient in the model's dtype, `lm_head_grad_16bit` autocast's 16-bit one.
+    """
+    head, V, C, a = loss_head_bytes(cfg, tokens, w, chunks), cfg.vocab_size, cfg.n_embd, w.compute
+    lm_head_copy = 2 * V * C if w.autocast else 0  # autocast's 16-bit copy of the tied weight
+    if chunks == 1:
+        grads = max(head.loss_grads, head.logits_grad - head.saved_log_softmax + tied_grad + lm_head_grad_16bit)
+        return HeadMoments(
+            forward=head.logits_held + head.logits_upcast,
+            backward=lm_head_copy + head.logits_held + grads,  # the graph keeps lm_head's copy for backward
+            logits=head.logits_held + head.loss_grads,
+            grads=tied_grad + lm_head_grad_16bit,
+        )
+    n = chunk_rows(tokens, chunks)
+    fp32_hidden = 4 * C * tokens if w.autocast else 0  # the final norm's fp32 output, cast to h for the matmuls
+    forward = head.chunk + fp32_hidden + CHUNKED_FORWARD_SMALL[0] * tokens + CHUNKED_FORWARD_SMALL[1] * n
+    # backward: d hidden (N, C) and d weight (V, C, summed in fp32) fill up chunk by chunk, next to one chunk's
+    # softmax; a 16-bit chunk's (V, C) product is made before it is added to the fp32 sum
+    grad_sums = a * C * tokens + 4 * V * C + CHUNKED_BACKWARD_SMALL[0] * tokens
+    chunk_product = 2 * V * C if a == 2 else 0
+    loop = max(head.chunk, a * V * n + chunk_product) + CHUNKED_BACKWARD_SMALL[1] * n
+    # after the loop, the gradients go back to the inputs' dtypes: fp32 d hidden under autocast, bf16 d weight
+    # in bf16-pure, each while the other sum is still there
+    cast_back = max(fp32_hidden, 2 * V * C if w.model == 2 else 0)
+    return HeadMoments(
+        forward=forward,
+        backward=lm_head_copy + grad_sums + max(loop, cast_back),
+        logits=head.chunk,
+        grads=grad_sums + max(chunk_product, cast_back),
+    )
