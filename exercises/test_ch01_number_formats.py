@@ -80,6 +80,10 @@ def test_smallest_update_is_half_the_gap(answers):
         for w in [1.0, 1.5, 0.02, 300.0, -3.0, 6e-5, 0.0]:
             want = smallest_update_that_survives(w, FORMATS[name])
             got = answers.smallest_update_that_survives(w, FORMATS[name])
+            assert isinstance(got, float), (
+                f"smallest_update_that_survives({w}, {name}) returned {got!r}: return a Python float (.item() of a "
+                f"one-element tensor), not a tensor"
+            )
             # Exact up to fp64 rounding of the difference of two nearby floats.
             assert got == pytest.approx(want, rel=1e-12), (
                 f"smallest_update_that_survives({w}, {name}) returned {got!r}, expected {want!r}: half the gap "

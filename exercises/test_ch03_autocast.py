@@ -4,6 +4,7 @@ and "why still fp32?"."""
 import copy
 import inspect
 import math
+import time
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ import torch.nn.functional as F
 
 from minigpt import memory
 from minigpt.formats import update_is_lost
+from minigpt.grading.watch import check_run_times, optimizer_steps, train_runs
 from minigpt.model import GPT, get_config
 
 CHAPTER = "ch03_autocast"
@@ -21,31 +23,43 @@ HINTS = {  # the hints of solutions/ch03_autocast.py, shown under a wrong answer
 }
 
 
-def _step(answers, cfg, dtype, monkeypatch, max_norm=1.0):
-    """Run the learner's step once; return (model before, model after, loss, logits dtype, loss input dtypes)."""
+def _step_watched(answers, model, optimizer, x, y, dtype, max_norm):
+    """In the worker: the learner's step, watching the dtype of the logits, the dtype of every cross-entropy's
+    input (whoever computes it) and the optimizer's steps."""
+    logits_dtypes, loss_dtypes = [], []
+    hook = model.lm_head.register_forward_hook(lambda m, i, out: logits_dtypes.append(out.dtype))
+    real_cross_entropy = F.cross_entropy
+
+    def spy(input, *args, **kwargs):
+        loss_dtypes.append(input.dtype)
+        return real_cross_entropy(input, *args, **kwargs)
+
+    F.cross_entropy = spy
+    try:
+        with optimizer_steps() as steps:
+            loss = answers.autocast_train_step(model, optimizer, x, y, dtype=dtype, max_norm=max_norm)
+    finally:
+        F.cross_entropy = real_cross_entropy
+        hook.remove()
+    return {"loss": loss, "logits_dtypes": logits_dtypes, "loss_dtypes": loss_dtypes, "steps": steps}
+
+
+def _step(answers, cfg, dtype, max_norm=1.0):
+    """Run the learner's step once; return (model before, model after, what the worker saw, the batch)."""
     torch.manual_seed(0)
     model = GPT(cfg)
     before = copy.deepcopy(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = torch.randint(0, cfg.vocab_size, (2, 2, cfg.ctx))
-    logits_dtypes, loss_dtypes = [], []
-    model.lm_head.register_forward_hook(lambda m, i, out: logits_dtypes.append(out.dtype))
-    real_cross_entropy = F.cross_entropy
-
-    def spy(input, *args, **kwargs):  # every cross-entropy computed in the step, whoever calls it
-        loss_dtypes.append(input.dtype)
-        return real_cross_entropy(input, *args, **kwargs)
-
-    monkeypatch.setattr(F, "cross_entropy", spy)
-    loss = answers.autocast_train_step(model, optimizer, x, y, dtype=dtype, max_norm=max_norm)
-    monkeypatch.undo()
-    return before, model, loss, logits_dtypes, loss_dtypes, (x, y)
+    seen = answers.run(_step_watched, model, optimizer, x, y, dtype, max_norm)
+    return before, model, seen, (x, y)
 
 
 @pytest.mark.exercise("3.1", points=2)
-def test_forward_in_16_bits_loss_in_fp32(answers, small_cfg, monkeypatch):
+def test_forward_in_16_bits_loss_in_fp32(answers, small_cfg):
     for dtype in (torch.bfloat16, torch.float16):
-        _, _, loss, logits_dtypes, loss_dtypes, _ = _step(answers, small_cfg, dtype, monkeypatch)
+        _, _, seen, _ = _step(answers, small_cfg, dtype)
+        loss, logits_dtypes, loss_dtypes = seen["loss"], seen["logits_dtypes"], seen["loss_dtypes"]
         assert logits_dtypes == [dtype], (
             f"the model's matmuls ran in {logits_dtypes}, not {dtype}: run the forward inside "
             f"torch.autocast(device_type=x.device.type, dtype=dtype)"
@@ -58,22 +72,25 @@ def test_forward_in_16_bits_loss_in_fp32(answers, small_cfg, monkeypatch):
 
 
 @pytest.mark.exercise("3.1", points=2)
-def test_weights_stay_fp32_and_take_a_step(answers, small_cfg, monkeypatch, optimizer_steps):
+def test_weights_stay_fp32_and_take_a_step(answers, small_cfg):
     torch.manual_seed(0)
     model = GPT(small_cfg)
     x, y = torch.randint(0, small_cfg.vocab_size, (2, 2, small_cfg.ctx))
     model(x, y)[1].backward()
     max_norm = torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item() / 10  # clipping is active
-    before, after, loss, _, _, (x, y) = _step(answers, small_cfg, torch.bfloat16, monkeypatch, max_norm=max_norm)
+    before, after, seen, (x, y) = _step(answers, small_cfg, torch.bfloat16, max_norm=max_norm)
+    loss, optimizer_steps = seen["loss"], seen["steps"]
     assert len(optimizer_steps) == 1, f"{len(optimizer_steps)} optimizer steps, expected 1"
     # bf16 moves the gradient norm by about 1%, but clipping then sets it to max_norm exactly (up to the
     # 1e-6 clip_grad_norm_ adds to the norm, and fp32 rounding of its recomputation): 1e-3 relative.
-    got = optimizer_steps[0].grad_norm
+    got = optimizer_steps[0]["grad_norm"]
     assert got == pytest.approx(max_norm, rel=1e-3), (
         f"with max_norm={max_norm:.4g} the optimizer stepped with gradients of norm {got:.4g}: clip the gradient "
         f"norm after backward and before optimizer.step()"
     )
-    assert not loss.requires_grad, "return the loss detached (loss.detach()): the graph is not needed any more"
+    assert isinstance(loss, torch.Tensor) and not loss.requires_grad, (
+        "return the loss detached (loss.detach()): the graph is not needed any more"
+    )
     dtypes = {p.dtype for p in after.parameters()}
     assert dtypes == {torch.float32}, f"the weights became {dtypes}: autocast keeps them fp32, do not convert"
     changed = [n for (n, p), q in zip(after.named_parameters(), before.parameters()) if not torch.equal(p, q)]
@@ -97,13 +114,23 @@ def _overflowing_grad_scaler(monkeypatch):
     monkeypatch.setattr(init, "__defaults__", tuple(defaults.values()))
 
 
+def _compare_watched(answers, **kwargs):
+    """In the worker: compare_precisions(**kwargs) with overflowing GradScalers, watching each training run."""
+    with pytest.MonkeyPatch.context() as monkeypatch, train_runs(answers) as runs:
+        _overflowing_grad_scaler(monkeypatch)
+        called = time.perf_counter()
+        rows = answers.compare_precisions(**kwargs)
+        returned = time.perf_counter()
+    return {"rows": rows, "runs": runs, "called": called, "returned": returned}
+
+
 @pytest.mark.exercise("3.2", points=3)
-def test_compare_precisions_table(answers, token_data, train_runs, monkeypatch):
-    _overflowing_grad_scaler(monkeypatch)
+def test_compare_precisions_table(answers, token_data):
     precisions = ("fp32", "bf16", "fp16")
-    rows = answers.compare_precisions(
-        preset="tiny", precisions=precisions, steps=2, batch=2, ctx=16, device="cpu", data=token_data
+    seen = answers.run(
+        _compare_watched, preset="tiny", precisions=precisions, steps=2, batch=2, ctx=16, device="cpu", data=token_data
     )
+    rows, train_runs = seen["rows"], seen["runs"]
     assert [r["precision"] for r in rows] == list(precisions), "one row per precision, in the order given"
     keys = {"precision", "seconds", "final_loss", "predicted_peak_bytes", "measured_peak_bytes", "skipped_steps"}
     for r in rows:
@@ -114,26 +141,21 @@ def test_compare_precisions_table(answers, token_data, train_runs, monkeypatch):
         assert r["measured_peak_bytes"] is None, "a CPU has no peak-memory counter: report None"
     assert len(train_runs) == len(rows), f"{len(train_runs)} calls of minigpt.train.train for {len(rows)} rows"
     for r, run in zip(rows, train_runs):
-        cfg, result = run.cfg, run.result
-        assert (cfg.precision, cfg.steps, cfg.batch, cfg.ctx) == (r["precision"], 2, 2, 16), (
-            f"the run for {r['precision']} trained with precision={cfg.precision}, steps={cfg.steps}, "
-            f"batch={cfg.batch}, ctx={cfg.ctx}; expected {r['precision']}, 2, 2, 16"
+        assert (run["precision"], run["steps"], run["batch"], run["ctx"]) == (r["precision"], 2, 2, 16), (
+            f"the run for {r['precision']} trained with precision={run['precision']}, steps={run['steps']}, "
+            f"batch={run['batch']}, ctx={run['ctx']}; expected {r['precision']}, 2, 2, 16"
         )
-        # The row reports that run: read exactly, and a time around the whole run (the recorder times the
-        # call from inside, so a clock around the call reads at least as much).
-        assert r["final_loss"] == result.losses[-1], (
-            f"{r['precision']}: final_loss {r['final_loss']!r}, but the run's losses were {result.losses}: report "
+        # The row reports that run: read exactly.
+        assert r["final_loss"] == run["losses"][-1], (
+            f"{r['precision']}: final_loss {r['final_loss']!r}, but the run's losses were {run['losses']}: report "
             f"the last one (result.losses[-1])"
         )
-        assert r["skipped_steps"] == result.skipped_steps, (
-            f"{r['precision']}: skipped_steps {r['skipped_steps']}, but the run skipped {result.skipped_steps} "
+        assert r["skipped_steps"] == run["skipped_steps"], (
+            f"{r['precision']}: skipped_steps {r['skipped_steps']}, but the run skipped {run['skipped_steps']} "
             f"steps (result.skipped_steps)"
         )
-        assert r["seconds"] >= run.seconds, (
-            f"{r['precision']}: seconds {r['seconds']:.4f} s, but train() alone took {run.seconds:.4f} s: time "
-            f"the whole run (perf_counter before and after train())"
-        )
-    assert train_runs[2].result.skipped_steps == 2, "this test's GradScaler of 2**40 should overflow both steps"
+    check_run_times(rows, seen, "precision")
+    assert train_runs[2]["skipped_steps"] == 2, "this test's GradScaler of 2**40 should overflow both steps"
     # Same seed, same batches, two steps from the same init: bf16 matmuls move the loss by far less than
     # 0.05 nats (the loss is about ln(8192) = 9 here; a step moves it by about 0.09).
     fp32, bf16 = rows[0]["final_loss"], rows[1]["final_loss"]
@@ -143,9 +165,18 @@ def test_compare_precisions_table(answers, token_data, train_runs, monkeypatch):
 @pytest.mark.exercise("3.3", points=2)
 def test_lost_update_fraction(answers):
     weights = torch.randn(20_000, generator=torch.Generator().manual_seed(0)) * 0.02  # like GPT's init
+    original = weights.clone()
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for update in (1e-6, 1e-5, 1e-4, 1e-3):
             got = answers.lost_update_fraction(weights, update, dtype)
+            assert torch.equal(weights, original), (
+                f"lost_update_fraction(weights, {update:g}, {dtype}) changed the caller's weights: work on a copy "
+                f"(weights.to(dtype) is the same tensor when the dtype already matches)"
+            )
+            assert isinstance(got, float), (
+                f"lost_update_fraction(weights, {update:g}, {dtype}) returned {got!r}: return a Python float "
+                f"(.item()), not a tensor"
+            )
             stored = weights.to(dtype)
             want = ((stored.double() + update).to(dtype) == stored).double().mean().item()
             # 0.5%: only elements within fp32's rounding of a tie can come out differently (see formats.py).

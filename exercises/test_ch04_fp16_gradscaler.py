@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from minigpt.grading.watch import model_inputs, optimizer_steps
 from minigpt.model import GPT
 
 CHAPTER = "ch04_fp16_gradscaler"
@@ -43,11 +44,11 @@ def _fp32_gradient(model, x, y) -> torch.Tensor:
     return torch.cat([p.grad.flatten() for p in model.parameters()])
 
 
-def _sgd_step(answers, model, x, y, max_norm, init_scale=2.0**16):
+def _sgd_step(answers, model, x, y, max_norm, init_scale=2.0**16, growth_interval=2000):
     """Run the learner's step with SGD(lr=1): the weights then move by exactly minus the clipped gradient."""
     before = torch.cat([p.detach().flatten() for p in model.parameters()])
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=growth_interval)
     out = answers.scaled_fp16_step(model, optimizer, scaler, x, y, max_norm=max_norm)
     after = torch.cat([p.detach().flatten() for p in model.parameters()])
     return out, before - after, scaler
@@ -73,6 +74,10 @@ def test_clips_the_unscaled_gradients(answers, small_cfg):
         f"unscaled gradients (scaler.unscale_ before clip_grad_norm_), else you clip numbers 65536x too big"
     )
     assert {"loss", "grad_norm", "scale", "skipped"} <= set(out) and out["skipped"] is False
+    for key in ("loss", "grad_norm"):
+        assert isinstance(out[key], float), f'out["{key}"] is {out[key]!r}: return a Python float (.item())'
+    left = [n for n, p in model.named_parameters() if p.grad is not None and p.grad.any()]
+    assert not left, f"the step left gradients in {left[:3]}...: zero them after the step (optimizer.zero_grad())"
 
 
 @pytest.mark.exercise("4.1", points=2)
@@ -101,6 +106,13 @@ def test_an_overflow_skips_the_step(answers, small_cfg):
     )
     assert not moved.any(), "the scaler found inf gradients, so the weights must not change"
     assert scaler.get_scale() == 2.0**39, "call scaler.update() after the step: it halves the scale"
+    # A clean step at growth_interval=1 GROWS the scale: the scale changed, but the step was taken.
+    out, moved, scaler = _sgd_step(answers, GPT(small_cfg), x, y, max_norm=1.0, init_scale=2.0**10, growth_interval=1)
+    assert scaler.get_scale() == 2.0**11, "call scaler.update() after the step: a clean step at the interval grows it"
+    assert out["skipped"] is False and out["scale"] == 2.0**10 and moved.any(), (
+        f"a clean step with growth_interval=1 is taken and then doubles the scale (2**10 -> 2**11): report "
+        f"skipped=False and scale=2**10, got {out} - a skipped step LOWERS the scale, a grown one is not skipped"
+    )
 
 
 def _gradscaler_trace(found_infs, init_scale, **kwargs) -> list[tuple[float, int]]:
@@ -140,37 +152,55 @@ def test_update_scale_matches_gradscaler(answers):
                 )
 
 
+def _warmup(step: int) -> float:
+    return (step + 1) / 10
+
+
 @pytest.mark.exercise("4.3", points=3)
 def test_schedule_does_not_move_on_a_skipped_step(answers):
     layer = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: (step + 1) / 10)  # a warmup
-    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _warmup)
+    # growth_interval=2: the third and sixth steps are the second clean step in a row, and grow the scale
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=2)
     x = torch.ones(2, 4)
-    for inf, want_skipped in ((True, True), (False, False), (True, True), (False, False)):
+    for inf in (True, False, False, True, False, False):
         before = [p.detach().clone() for p in layer.parameters()]
-        lr, epoch = optimizer.param_groups[0]["lr"], scheduler.last_epoch
+        lr, epoch, scale = optimizer.param_groups[0]["lr"], scheduler.last_epoch, scaler.get_scale()
         optimizer.zero_grad()
         scaler.scale(layer(x).sum() * (math.inf if inf else 1.0)).backward()
         skipped = answers.step_unless_skipped(optimizer, scheduler, scaler)
         moved = any(not torch.equal(p, b) for p, b in zip(layer.parameters(), before))
-        what = "had inf gradients" if inf else "was clean"
-        assert skipped is want_skipped, f"the step {what}: return skipped={want_skipped}"
-        assert moved is not want_skipped, "step the optimizer through the scaler: scaler.step(optimizer)"
-        if want_skipped:
+        grew = scaler.get_scale() > scale
+        what = "had inf gradients" if inf else "was clean" + (" and grew the scale" if grew else "")
+        assert skipped is inf, f"the step {what}: return skipped={inf}" + (
+            " (a skipped step lowers the scale; one that grows it was taken)" if grew else ""
+        )
+        assert moved is not inf, "step the optimizer through the scaler: scaler.step(optimizer)"
+        if inf:
             assert scheduler.last_epoch == epoch and optimizer.param_groups[0]["lr"] == lr, (
                 "the learning-rate schedule advanced on a skipped step: step the scheduler only when the "
                 "optimizer really stepped"
             )
         else:
-            assert scheduler.last_epoch == epoch + 1, "after a real step, advance the schedule (scheduler.step())"
+            assert scheduler.last_epoch == epoch + 1, (
+                f"the step {what}: advance the schedule after a real step (scheduler.step())"
+            )
+    assert scaler.get_scale() == 1024.0, "call scaler.update() after each step: two backoffs and two growths"
+
+
+def _overflow_watched(answers, **kwargs):
+    """In the worker: fp16_overflow_experiment(**kwargs), watching the optimizer's steps and the models' inputs."""
+    with optimizer_steps() as steps, model_inputs() as inputs:
+        rows = answers.fp16_overflow_experiment(**kwargs)
+    return {"rows": rows, "steps": steps, "inputs": inputs}
 
 
 @pytest.mark.exercise("4.4", points=2)
-def test_overflow_experiment_shows_the_scaler_backing_off(answers, token_data, optimizer_steps):
-    rows = answers.fp16_overflow_experiment(
-        lr=3e-3, steps=3, init_scale=2.0**32, preset="tiny", batch=2, ctx=16, device="cpu", data=token_data
-    )
+def test_overflow_experiment_shows_the_scaler_backing_off(answers, token_data):
+    settings = dict(lr=3e-3, preset="tiny", batch=2, ctx=16, device="cpu", data=token_data)
+    seen = answers.run(_overflow_watched, steps=3, init_scale=2.0**32, **settings)
+    rows, optimizer_steps = seen["rows"], seen["steps"]
     assert [r["step"] for r in rows] == [1, 2, 3], "one row per step, numbered from 1"
     # 2**32 times a gradient of 1/32 (the loss is a mean over 32 tokens) is far above fp16's 65504.
     assert [r["scale"] for r in rows] == [2.0**32, 2.0**31, 2.0**30] and all(r["skipped"] for r in rows), (
@@ -180,19 +210,28 @@ def test_overflow_experiment_shows_the_scaler_backing_off(answers, token_data, o
         f"the optimizer stepped {len(optimizer_steps)} times on 3 steps with inf gradients, expected 0: step "
         f"through the scaler (scaler.step(optimizer)), which skips them"
     )
-    rows = answers.fp16_overflow_experiment(
-        lr=3e-3, steps=2, init_scale=2.0**10, preset="tiny", batch=2, ctx=16, device="cpu", data=token_data
+    # ctx=16 is below the tiny preset's 64: every batch is (batch, ctx) as asked
+    assert seen["inputs"] and set(seen["inputs"]) == {(2, 16)}, (
+        f"the model saw batches of shape {sorted(set(seen['inputs']))}, expected (batch, ctx) = (2, 16): draw "
+        f"them with the ctx you are given, not the model's maximum"
     )
+    seen = answers.run(_overflow_watched, steps=2, init_scale=2.0**10, **settings)
+    rows, optimizer_steps = seen["rows"], seen["steps"]
     assert [r["skipped"] for r in rows] == [False, False] and {r["scale"] for r in rows} == {2.0**10}, (
         f"a scale of 1024 does not overflow: no step is skipped and the scale stays until 2000 clean steps; got {rows}"
     )
+    assert all(isinstance(r["loss"], float) for r in rows), "each row's loss is a Python float (loss.item())"
     assert all(math.isfinite(r["loss"]) for r in rows), "the losses must stay finite: the scaler protects the weights"
     # The true gradient norm of these two steps is about 2.3 > 1, so clipping to 1.0 is active: AdamW must
     # receive unscaled gradients of norm 1. clip_grad_norm_ multiplies by 1 / (norm + 1e-6), and the norm
     # recomputed here differs by fp32 rounding (~1e-6 relative): 1e-4 is far from both mistakes, no
     # clipping (about 2.3) and clipping the scaled gradients (about 1 / 1024).
-    norms = [s.grad_norm for s in optimizer_steps]
+    norms = [s["grad_norm"] for s in optimizer_steps]
     assert len(norms) == 2 and all(n == pytest.approx(1.0, rel=1e-4) for n in norms), (
         f"AdamW received gradients of norm {[round(n, 6) for n in norms]}, expected 1.0 at each of the 2 steps "
         f"(the true norms are above 1): unscale (scaler.unscale_), then clip to 1.0, then step"
+    )
+    assert not any(s["on_leftover_gradients"] for s in optimizer_steps), (
+        "the second step's backward added to the first step's gradients: zero the gradients after each step "
+        "(optimizer.zero_grad())"
     )

@@ -3,11 +3,13 @@ effective batch."""
 
 import copy
 import math
+import time
 
 import pytest
 import torch
 
 from minigpt import memory
+from minigpt.grading.watch import check_run_times, train_runs
 from minigpt.model import GPT, IGNORE_INDEX, get_config
 
 CHAPTER = "ch05_grad_accumulation"
@@ -32,25 +34,42 @@ def _window(cfg, n_micro=4, micro=2, padding=None, seed=0):
     return batches
 
 
-def _check_against_one_big_batch(answers, cfg, batches):
+def _gradients(model) -> torch.Tensor:
+    return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+
+def _check_against_one_big_batch(answers, cfg, batches, earlier=None):
+    """The learner's accumulated gradients against one big batch's. `earlier`: micro-batches whose gradients the
+    model already holds when the call begins (an earlier window of the same step): they must be kept."""
     torch.manual_seed(0)
     model = GPT(cfg)
+    if earlier is not None:
+        _, earlier_loss = model(torch.cat([b[0] for b in earlier]), torch.cat([b[1] for b in earlier]))
+        earlier_loss.backward()
+    held = _gradients(model) if earlier is not None else 0.0
     big = copy.deepcopy(model)
+    big.zero_grad()
     x = torch.cat([b[0] for b in batches])
     y = torch.cat([b[1] for b in batches])
     _, big_loss = big(x, y)  # the mean over every counted target of the window
     big_loss.backward()
-    want = torch.cat([p.grad.flatten() for p in big.parameters()])
+    window = _gradients(big)
+    want = held + window
 
     loss = answers.accumulate_gradients(model, batches)
     grads = [p.grad for p in model.parameters()]
     assert all(g is not None for g in grads), "call backward() on each micro-batch's loss (and do not zero the grads)"
     got = torch.cat([g.flatten() for g in grads])
-    ratio = (got @ want / (want @ want)).item()
+    ratio = ((got - held) @ window / (window @ window)).item()
     # fp32: the micro-batches sum the same terms in another order, an error of about 1e-6 relative.
     error = ((got - want).norm() / want.norm()).item()
     hint = ""
-    if abs(ratio - len(batches)) < 0.05 * len(batches):
+    if earlier is not None and ((got - window).norm() / window.norm()).item() < 1e-4:
+        hint = (
+            " - the gradients the model held before the call are gone: backward adds to them, and "
+            "accumulate_gradients must not zero them"
+        )
+    elif abs(ratio - len(batches)) < 0.05 * len(batches):
         hint = f" - {len(batches)}x: divide each micro-batch's loss before backward (no division by accum?)"
     elif error > 1e-4:
         hint = (
@@ -58,6 +77,7 @@ def _check_against_one_big_batch(answers, cfg, batches):
             "summed loss by the number of counted targets in the whole window"
         )
     assert error < 1e-4, f"accumulated gradients are {ratio:.3f}x one big batch's (relative error {error:.2e}){hint}"
+    assert isinstance(loss, float), f"returned {loss!r}: return the loss as a Python float (.item()), not a tensor"
     assert loss == pytest.approx(big_loss.item(), rel=1e-5), (
         f"returned loss {loss:.5f}, one big batch's mean loss is {big_loss.item():.5f}"
     )
@@ -65,7 +85,8 @@ def _check_against_one_big_batch(answers, cfg, batches):
 
 @pytest.mark.exercise("5.1", points=2)
 def test_equal_micro_batches_match_one_big_batch(answers, small_cfg):
-    _check_against_one_big_batch(answers, small_cfg, _window(small_cfg))
+    # The model already holds the gradients of an earlier window: accumulation adds to them.
+    _check_against_one_big_batch(answers, small_cfg, _window(small_cfg), earlier=_window(small_cfg, seed=5))
 
 
 @pytest.mark.exercise("5.1", points=2)
@@ -93,37 +114,44 @@ def test_accum_for(answers):
             f"accum_for({target}, {micro}, world_size={world}) returned {got} accumulation steps, expected {want} "
             f"= {target} / ({micro} x {world})"
         )
-    for target, micro, world in ((100, 32, 1), (128, 48, 1), (128, 32, 3)):
+    for target, micro, world in ((100, 32, 1), (128, 48, 1), (128, 32, 3), (128, 32, 0), (128, 32, -1)):
         with pytest.raises(ValueError):
             answers.accum_for(target, micro, world_size=world)
-            pytest.fail(f"accum_for({target}, {micro}, world_size={world}) should raise ValueError: not a multiple")
+            pytest.fail(
+                f"accum_for({target}, {micro}, world_size={world}) should raise ValueError: "
+                + ("not a multiple" if world > 0 else "no run has fewer than 1 process")
+            )
+
+
+def _compare_watched(answers, **kwargs):
+    """In the worker: compare_accumulation(**kwargs), watching each training run."""
+    with train_runs(answers) as runs:
+        called = time.perf_counter()
+        rows = answers.compare_accumulation(**kwargs)
+        returned = time.perf_counter()
+    return {"rows": rows, "runs": runs, "called": called, "returned": returned}
 
 
 @pytest.mark.exercise("5.3", points=3)
-def test_compare_accumulation(answers, token_data, train_runs):
-    rows = answers.compare_accumulation(
-        effective=4, accums=(1, 2, 4), preset="tiny", ctx=16, steps=2, device="cpu", data=token_data
+def test_compare_accumulation(answers, token_data):
+    seen = answers.run(
+        _compare_watched, effective=4, accums=(1, 2, 4), preset="tiny", ctx=16, steps=2, device="cpu", data=token_data
     )
+    rows, train_runs = seen["rows"], seen["runs"]
     assert [r["accum"] for r in rows] == [1, 2, 4], "one row per accum, in the order given"
     assert len(train_runs) == len(rows), f"{len(train_runs)} calls of minigpt.train.train for {len(rows)} rows"
     for r, run in zip(rows, train_runs):
-        cfg = run.cfg
-        assert (cfg.batch, cfg.accum, cfg.ctx, cfg.steps) == (r["micro_batch"], r["accum"], 16, 2), (
-            f"the run for accum={r['accum']} trained with batch={cfg.batch}, accum={cfg.accum}, ctx={cfg.ctx}, "
-            f"steps={cfg.steps}; expected batch={r['micro_batch']} (the micro-batch), accum={r['accum']}, ctx=16, "
-            f"steps=2"
+        assert (run["batch"], run["accum"], run["ctx"], run["steps"]) == (r["micro_batch"], r["accum"], 16, 2), (
+            f"the run for accum={r['accum']} trained with batch={run['batch']}, accum={run['accum']}, "
+            f"ctx={run['ctx']}, steps={run['steps']}; expected batch={r['micro_batch']} (the micro-batch), "
+            f"accum={r['accum']}, ctx=16, steps=2"
         )
-        # The row reports that run: its last loss exactly, and a time around the whole run (the recorder
-        # times the call from inside, so a clock around the call reads at least as much).
-        losses = run.result.losses
-        assert r["final_loss"] == losses[-1], (
-            f"accum={r['accum']}: final_loss {r['final_loss']!r}, but the run's losses were {losses}: report the "
-            f"last one (result.losses[-1])"
+        # The row reports that run: its last loss exactly.
+        assert r["final_loss"] == run["losses"][-1], (
+            f"accum={r['accum']}: final_loss {r['final_loss']!r}, but the run's losses were {run['losses']}: report "
+            f"the last one (result.losses[-1])"
         )
-        assert r["seconds"] >= run.seconds, (
-            f"accum={r['accum']}: seconds {r['seconds']:.4f} s, but train() alone took {run.seconds:.4f} s: time "
-            f"the whole run (perf_counter before and after train())"
-        )
+    check_run_times(rows, seen, "accum")
     for r in rows:
         assert r["micro_batch"] * r["accum"] == 4, f"micro_batch x accum must be the effective batch: {r}"
         assert r["seconds"] > 0 and math.isfinite(r["final_loss"]), f"bad time or loss in {r}"

@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from minigpt.grading.watch import count_saved_bytes, optimizer_steps
 from minigpt.model import GPT, ModelConfig, get_config
 
 CHAPTER = "ch06_checkpointing"
@@ -23,7 +24,7 @@ NINE_BLOCKS = ModelConfig(n_layer=9, n_head=2, n_embd=32, ctx=16, vocab_size=64)
 TEN_BLOCKS = ModelConfig(n_layer=10, n_head=4, n_embd=48, ctx=12, vocab_size=50)
 
 
-def _run(forward, cfg, seed=0, saved_bytes=None, detach=False):
+def _run(forward, cfg, seed=0, count_saved=False, detach=False):
     """Embed a fixed batch, run `forward(blocks, x, cos, sin)`, backward; return output, grads, saved bytes.
 
     detach=True feeds the blocks an input that does not require grad (as from a frozen embedding); grads
@@ -36,12 +37,19 @@ def _run(forward, cfg, seed=0, saved_bytes=None, detach=False):
         x = x.detach()
     torch.manual_seed(seed)  # dropout masks, if any
     run = lambda: forward(model.blocks, x, model.rope_cos, model.rope_sin)  # noqa: E731
-    saved, out = saved_bytes(model, run) if saved_bytes else (None, run())
+    saved, out = count_saved_bytes(model, run) if count_saved else (None, run())
+    if not isinstance(out, torch.Tensor):
+        raise AssertionError(f"the forward returned {out!r}, not the blocks' output tensor")
     if not out.requires_grad:
         return out.detach(), None, saved, x.nbytes
     out.pow(2).mean().backward()
     grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
     return out.detach(), grads, saved, x.nbytes
+
+
+def _run_answer(answers, name, cfg, seed=0, count_saved=False, detach=False):
+    """In the worker: _run with the learner's forward (its graph and its backward stay in the worker)."""
+    return _run(getattr(answers, name), cfg, seed, count_saved, detach)
 
 
 def plain_forward(blocks, x, cos, sin):
@@ -50,9 +58,9 @@ def plain_forward(blocks, x, cos, sin):
     return x
 
 
-def _check_same_as_plain(forward, cfg, detach=False):
+def _check_same_as_plain(answers, name, cfg, detach=False):
     want_out, want_grads, _, _ = _run(plain_forward, cfg, detach=detach)
-    out, grads, _, _ = _run(forward, cfg, detach=detach)
+    out, grads, _, _ = answers.run(_run_answer, name, cfg, detach=detach)
     where = f"{cfg.n_layer} blocks of width {cfg.n_embd}" + (", input not requiring grad" if detach else "")
     # Recomputation repeats the same ops on the same inputs: equal up to fp32 rounding (1e-6 covers any
     # kernel that reduces in another order on another device).
@@ -81,14 +89,14 @@ def _check_same_as_plain(forward, cfg, detach=False):
 @pytest.mark.exercise("6.1", points=2)
 def test_checkpointed_forward_gives_the_same_gradients(answers):
     for cfg in (NINE_BLOCKS, TEN_BLOCKS):
-        _check_same_as_plain(answers.checkpointed_forward, cfg)
-    _check_same_as_plain(answers.checkpointed_forward, NINE_BLOCKS, detach=True)
+        _check_same_as_plain(answers, "checkpointed_forward", cfg)
+    _check_same_as_plain(answers, "checkpointed_forward", NINE_BLOCKS, detach=True)
 
 
 @pytest.mark.exercise("6.1", points=2)
-def test_checkpointed_forward_keeps_only_block_inputs(answers, saved_bytes):
-    *_, plain, x_bytes = _run(plain_forward, NINE_BLOCKS, saved_bytes=saved_bytes)
-    *_, saved, _ = _run(answers.checkpointed_forward, NINE_BLOCKS, saved_bytes=saved_bytes)
+def test_checkpointed_forward_keeps_only_block_inputs(answers):
+    *_, plain, x_bytes = _run(plain_forward, NINE_BLOCKS, count_saved=True)
+    *_, saved, _ = answers.run(_run_answer, "checkpointed_forward", NINE_BLOCKS, count_saved=True)
     # Exactly: each checkpointed block keeps its input, one (batch, ctx, n_embd) fp32 tensor, and nothing
     # else (cos and sin are buffers, not counted). Fewer bytes means fewer checkpoints than blocks.
     inputs = NINE_BLOCKS.n_layer * x_bytes
@@ -104,7 +112,7 @@ def test_checkpointed_forward_keeps_only_block_inputs(answers, saved_bytes):
 def test_dropout_masks_are_the_same_when_recomputed(answers):
     with_dropout = ModelConfig(n_layer=3, n_head=2, n_embd=32, ctx=16, vocab_size=64, dropout=0.2)
     want_out, want_grads, _, _ = _run(plain_forward, with_dropout, seed=3)
-    out, grads, _, _ = _run(answers.checkpointed_forward, with_dropout, seed=3)
+    out, grads, _, _ = answers.run(_run_answer, "checkpointed_forward", with_dropout, seed=3)
     error = ((grads - want_grads).norm() / want_grads.norm()).item()
     assert torch.allclose(out, want_out, atol=1e-6) and error < 1e-5, (
         f"with dropout the gradients differ from the plain forward's (relative error {error:.1e}): the "
@@ -131,14 +139,14 @@ def test_sqrt_segments(answers):
 @pytest.mark.exercise("6.3", points=2)
 def test_sqrt_checkpointing_gives_the_same_gradients(answers):
     for cfg in (NINE_BLOCKS, TEN_BLOCKS):
-        _check_same_as_plain(answers.sqrt_checkpointed_forward, cfg)
-    _check_same_as_plain(answers.sqrt_checkpointed_forward, NINE_BLOCKS, detach=True)
+        _check_same_as_plain(answers, "sqrt_checkpointed_forward", cfg)
+    _check_same_as_plain(answers, "sqrt_checkpointed_forward", NINE_BLOCKS, detach=True)
 
 
 @pytest.mark.exercise("6.3", points=2)
-def test_sqrt_checkpointing_keeps_only_segment_inputs(answers, saved_bytes):
+def test_sqrt_checkpointing_keeps_only_segment_inputs(answers):
     for cfg in (NINE_BLOCKS, TEN_BLOCKS):
-        *_, saved, x_bytes = _run(answers.sqrt_checkpointed_forward, cfg, saved_bytes=saved_bytes)
+        *_, saved, x_bytes = answers.run(_run_answer, "sqrt_checkpointed_forward", cfg, count_saved=True)
         n_seg = round(math.sqrt(cfg.n_layer))
         # Exactly: each checkpointed segment keeps its input, one (batch, ctx, n_embd) fp32 tensor.
         assert saved == n_seg * x_bytes, (
@@ -149,10 +157,18 @@ def test_sqrt_checkpointing_keeps_only_segment_inputs(answers, saved_bytes):
         )
 
 
+def _tradeoff_watched(answers, **kwargs):
+    """In the worker: checkpointing_tradeoff(**kwargs), watching the optimizer's steps."""
+    with optimizer_steps() as steps:
+        rows = answers.checkpointing_tradeoff(**kwargs)
+    return {"rows": rows, "steps": steps}
+
+
 @pytest.mark.exercise("6.4", points=2)
-def test_checkpointing_tradeoff_table(answers, saved_bytes, optimizer_steps):
+def test_checkpointing_tradeoff_table(answers, saved_bytes):
     modes, steps = ("none", "sqrt", "full"), 3
-    rows = answers.checkpointing_tradeoff(preset="tiny-deep", batch=2, ctx=16, modes=modes, steps=steps, device="cpu")
+    seen = answers.run(_tradeoff_watched, preset="tiny-deep", batch=2, ctx=16, modes=modes, steps=steps, device="cpu")
+    rows, optimizer_steps = seen["rows"], seen["steps"]
     assert [r["mode"] for r in rows] == list(modes), "one row per mode, in the order given"
     cfg = get_config("tiny-deep")
     for r in rows:
@@ -179,7 +195,7 @@ def test_checkpointing_tradeoff_table(answers, saved_bytes, optimizer_steps):
     # The timing: one warm-up step, then `steps` timed ones, per mode (one optimizer each).
     by_optimizer: dict[int, list] = {}
     for s in optimizer_steps:
-        by_optimizer.setdefault(s.optimizer, []).append(s)
+        by_optimizer.setdefault(s["optimizer"], []).append(s)
     counts = [len(v) for v in by_optimizer.values()]
     assert counts == [steps + 1] * len(modes), (
         f"optimizer steps per mode: {counts}, expected {[steps + 1] * len(modes)}: one warm-up step (the first "
@@ -191,11 +207,18 @@ def test_checkpointing_tradeoff_table(answers, saved_bytes, optimizer_steps):
         # last one's (exact), and at most the time from the warm-up's step to the last step's end plus the
         # zero_grad calls around them: 1.5x and 20 ms leave room for a busy machine, while a total that was
         # not divided by the steps reads 3x.
-        low = taken[-1].started - taken[1].started
-        high = 1.5 * (taken[-1].finished - taken[0].finished) + 0.02
+        low = taken[-1]["started"] - taken[1]["started"]
+        high = 1.5 * (taken[-1]["finished"] - taken[0]["finished"]) + 0.02
         assert low <= timed <= high, (
             f"{r['mode']}: seconds_per_step {r['seconds_per_step']:.4f} s x {steps} steps = {timed:.4f} s, but the "
-            f"{steps} timed steps took between {low:.4f} and {taken[-1].finished - taken[0].finished:.4f} s: "
+            f"{steps} timed steps took between {low:.4f} and {taken[-1]['finished'] - taken[0]['finished']:.4f} s: "
             f"report the mean of the {steps} "
             f"steps after the warm-up"
         )
+    leftover = [
+        r["mode"] for r, taken in zip(rows, by_optimizer.values()) if any(s["on_leftover_gradients"] for s in taken)
+    ]
+    assert not leftover, (
+        f"{leftover}: a step's backward added to the gradients of the step before: zero the gradients after "
+        f"each step (optimizer.zero_grad()), or every step after the first trains on a sum of old gradients"
+    )

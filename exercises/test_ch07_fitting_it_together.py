@@ -4,7 +4,9 @@ The predicates and predictors here are plain functions, so the answers are the s
 """
 
 import functools
+import gc
 import math
+import weakref
 
 import pytest
 import torch
@@ -21,8 +23,8 @@ HINTS = {  # the hints of solutions/ch07_fitting_it_together.py, shown under a w
 }
 
 
-def _search(answers, threshold, low, high):
-    """Run the learner's search on `batch <= threshold`; return (result, batches tried)."""
+def _search_watched(answers, threshold, low, high):
+    """In the worker: the learner's search on `batch <= threshold`; return (result, batches tried)."""
     tried = []
 
     def fits(batch):
@@ -30,6 +32,10 @@ def _search(answers, threshold, low, high):
         return batch <= threshold
 
     return answers.find_max_batch_size(fits, low=low, high=high), tried
+
+
+def _search(answers, threshold, low, high):
+    return answers.run(_search_watched, threshold, low, high)
 
 
 @pytest.mark.exercise("7.1", points=3)
@@ -57,9 +63,18 @@ def test_nothing_fits_returns_zero(answers):
     assert len(tried) <= 2, "when `low` does not fit there is nothing to search"
 
 
-def _linear(static, per_sample):
+class LinearPeak:
     """A fake predictor: static bytes + bytes per sequence, by checkpointing mode."""
-    return lambda micro_batch, mode: static + per_sample[mode] * micro_batch
+
+    def __init__(self, static: int, per_sample: dict[str, int]) -> None:
+        self.static, self.per_sample = static, per_sample
+
+    def __call__(self, micro_batch: int, mode: str) -> int:
+        return self.static + self.per_sample[mode] * micro_batch
+
+
+def _linear(static, per_sample):
+    return LinearPeak(static, per_sample)
 
 
 @pytest.mark.exercise("7.2", points=3)
@@ -106,6 +121,10 @@ def test_planner_edge_cases(answers):
     )
 
 
+def _estimated_peak(batch, mode, preset, ctx, precision, device):
+    return memory.estimate(PRESETS[preset], batch, ctx=ctx, precision=precision, device=device, checkpointing=mode).peak
+
+
 @pytest.mark.exercise("7.2", points=1)
 def test_planner_agrees_with_minigpt_plan(answers):
     compared = 0
@@ -113,13 +132,9 @@ def test_planner_agrees_with_minigpt_plan(answers):
         reference = plan(preset, hardware, ctx, 128)
         if not (reference.fits and reference.checkpointing == "none"):
             continue  # the package weighs checkpointing modes by time too; compare the plain case only
-        predict = functools.partial(
-            memory.estimate, PRESETS[preset], ctx=ctx, precision=reference.precision, device=reference.hardware.kind
+        peak = functools.partial(
+            _estimated_peak, preset=preset, ctx=ctx, precision=reference.precision, device=reference.hardware.kind
         )
-
-        def peak(batch, mode, predict=predict):
-            return predict(batch, checkpointing=mode).peak
-
         p = answers.plan_micro_batch(128, reference.usable_bytes, peak)
         assert (p["micro_batch"], p["accum"], p["checkpointing"]) == (reference.micro_batch, reference.accum, "none"), (
             f"{preset} on {hardware}: minigpt.plan chose micro-batch {reference.micro_batch} x accum "
@@ -129,35 +144,76 @@ def test_planner_agrees_with_minigpt_plan(answers):
     assert compared, "no case to compare with minigpt.plan"
 
 
+def _step_that_runs():
+    return torch.zeros(4).sum()
+
+
+def _cuda_oom():
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+def _mps_oom():
+    raise RuntimeError("MPS backend out of memory (MPS allocated: 17.00 GB, other allocations: 1.00 GB)")
+
+
+def _freed_watched(answers):
+    """In the worker: does step_fits free what an out-of-memory step held? The step keeps 4 MB in its frame, and
+    its frame and its error hold each other (as a real step's often do), so only the garbage collector frees
+    them, once nothing else refers to the error: after the except block. Automatic collection is off."""
+    held = []
+
+    def step():
+        activations = torch.empty(2**20)
+        held.append(weakref.ref(activations))
+        error = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        raise error
+
+    gc.collect()
+    gc.disable()
+    try:
+        fits = answers.step_fits(step)
+        return {"fits": fits, "freed": held[0]() is None}
+    finally:
+        gc.enable()
+
+
 @pytest.mark.exercise("7.3", points=2)
 def test_out_of_memory_means_does_not_fit(answers):
-    assert answers.step_fits(lambda: torch.zeros(4).sum()) is True, "a step that runs fits"
+    assert answers.step_fits(_step_that_runs) is True, "a step that runs fits"
+    assert answers.step_fits(_cuda_oom) is False, "torch.OutOfMemoryError means the batch does not fit: return False"
+    assert answers.step_fits(_mps_oom) is False, "a RuntimeError saying 'out of memory' (MPS) means it does not fit"
+    seen = answers.run(_freed_watched)
+    assert seen["fits"] is False and seen["freed"], (
+        "after an out-of-memory error the failed step's tensors are still alive: leave the except block (its "
+        "traceback keeps them), then gc.collect(), so that the next, smaller try has the memory"
+    )
 
-    def cuda_oom():
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    def mps_oom():
-        raise RuntimeError("MPS backend out of memory (MPS allocated: 17.00 GB, other allocations: 1.00 GB)")
+def _raising_step_watched(answers, error):
+    """In the worker: step_fits on a step that raises `error`; what came out of it."""
 
-    assert answers.step_fits(cuda_oom) is False, "torch.OutOfMemoryError means the batch does not fit: return False"
-    assert answers.step_fits(mps_oom) is False, "a RuntimeError saying 'out of memory' (MPS) means it does not fit"
+    def step():
+        raise error
+
+    try:
+        returned = answers.step_fits(step)
+    except Exception as raised:  # noqa: BLE001 - which error, and whether it is the step's own, is the point
+        return {"raised": type(raised).__name__, "same": raised is error}
+    return {"returned": returned}
 
 
 @pytest.mark.exercise("7.3", points=2)
 def test_other_errors_are_not_swallowed(answers):
-    assert answers.step_fits(lambda: None) is True, "a step that runs fits"
+    assert answers.step_fits(_step_that_runs) is True, "a step that runs fits"
     for error in (
         RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x32 and 64x32)"),
         ValueError("ctx=300 is longer than the model's ctx=256"),
     ):
-
-        def step(error=error):
-            raise error
-
-        with pytest.raises(type(error)) as raised:
-            answers.step_fits(step)
-            pytest.fail(
-                f"step_fits returned for a step that raised {error!r}: a bug is not 'does not fit'; catch "
-                f"only out-of-memory errors and re-raise the others, or a search would quietly return 0"
-            )
-        assert raised.value is error, f"step_fits should let the step's own error through, got {raised.value!r}"
+        seen = answers.run(_raising_step_watched, error)
+        assert "returned" not in seen, (
+            f"step_fits returned {seen.get('returned')!r} for a step that raised {error!r}: a bug is not 'does not "
+            f"fit'; catch only out-of-memory errors and re-raise the others, or a search would quietly return 0"
+        )
+        assert seen["same"], (
+            f"step_fits should let the step's own error through, got a {seen['raised']} instead of {error!r}"
+        )

@@ -61,6 +61,12 @@ def test_per_rank_bytes_round_the_shard_up(answers):
     with pytest.raises(ValueError):
         answers.per_rank_state_bytes(10, MIXED, "zero4", 2)
         pytest.fail("per_rank_state_bytes(..., shard='zero4', ...) returned: raise ValueError for an unknown mode")
+    for world in (0, -2):
+        with pytest.raises(ValueError):
+            got = answers.per_rank_state_bytes(10, MIXED, "none", world)
+            pytest.fail(
+                f"per_rank_state_bytes(..., world={world}) returned {got}: raise ValueError, a run has 1 or more"
+            )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -107,7 +113,9 @@ def test_shard_range_examples(answers):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# 8.3 average_gradients, in 2 real processes
+# 8.3 average_gradients, in 3 real processes (a world other than 2: nothing may assume 2)
+
+WORLD = 3
 
 
 def _model() -> torch.nn.Module:
@@ -119,11 +127,12 @@ def _model() -> torch.nn.Module:
 
 def _batch() -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(1)
-    return torch.randn(8, 8, generator=g), torch.randint(0, 3, (8,), generator=g)
+    return torch.randn(12, 8, generator=g), torch.randint(0, 3, (12,), generator=g)  # 12: equal parts for 2, 3, 4
 
 
 def _rank_worker(answers_path: str) -> dict:
-    """In each gloo process: the gradients of this rank's half of the batch, after average_gradients.
+    """In each gloo process: the gradients of this rank's part of the batch, after average_gradients, and
+    whether each gradient is still the tensor it was (averaged in place).
 
     An error is returned (as text), not raised, so that the grader can tell "not done" from a bug.
     """
@@ -139,9 +148,11 @@ def _rank_worker(answers_path: str) -> dict:
         mine = slice(rank * len(x) // world, (rank + 1) * len(x) // world)
         torch.nn.functional.cross_entropy(model(x[mine]), y[mine]).backward()
         local = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        tensors = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
         module.average_gradients(model)
         grads = {name: None if p.grad is None else p.grad.clone() for name, p in model.named_parameters()}
-        return {"local": local, "grads": grads}
+        in_place = {name: p.grad is tensors[name] for name, p in model.named_parameters() if name in tensors}
+        return {"local": local, "grads": grads, "in_place": in_place}
     except Exception as error:  # noqa: BLE001 - reported to the parent, which raises it there
         return {"error": type(error).__name__, "message": str(error), "traceback": traceback.format_exc()}
     finally:
@@ -149,14 +160,25 @@ def _rank_worker(answers_path: str) -> dict:
 
 
 @functools.cache
-def _two_ranks(answers_path: str) -> list[dict]:
-    """Both ranks' results (run once per answers file); a rank's error raised here, in the grader."""
-    ranks = spawn_on_cpu(_rank_worker, (answers_path,), world=2)
+def _ranks_in_worker(answers_path: str, world: int) -> list[dict]:
+    return spawn_on_cpu(_rank_worker, (answers_path,), world=world)
+
+
+def _ranks_watched(answers, world: int) -> list[dict]:
+    """In the worker: every rank's result, from `world` processes (run once per worker)."""
+    return _ranks_in_worker(answers.__file__, world)
+
+
+def _all_ranks(answers) -> list[dict]:
+    """Every rank's result; a rank's error raised here, in the grader."""
+    ranks = answers.run(_ranks_watched, WORLD)
     for rank, result in enumerate(ranks):
         if "error" in result:
             if result["error"] == "NotImplementedError":
                 raise NotImplementedError(result["message"])
-            yours = [line.strip() for line in result["traceback"].splitlines() if answers_path in line]
+            yours = [
+                line.strip() for line in result["traceback"].splitlines() if "answers_ch08" in line or "ch08_" in line
+            ]
             raise AssertionError(
                 f"average_gradients raised {result['error']} on rank {rank}: {result['message'][:300]}\n"
                 + (f"  at {yours[-1]}\n" if yours else "")
@@ -173,31 +195,39 @@ def _one_process_grads() -> dict:
 
 @pytest.mark.exercise("8.3", points=3)
 def test_averaged_gradients_equal_one_process_on_the_whole_batch(answers):
-    ranks, reference = _two_ranks(answers.__file__), _one_process_grads()
+    ranks, reference = _all_ranks(answers), _one_process_grads()
     for rank, result in enumerate(ranks):
         for name, want in reference.items():
             got = result["grads"][name]
-            # Equal halves: the mean of the two half-batch means is the whole batch's mean. Only the order of
-            # the fp32 sums differs, ~1e-7 of values near 0.1; 1e-5 leaves room and still tells a sum (2x),
-            # one rank's gradient or an unchanged gradient apart, which differ by 1e-2 or more here.
+            # Equal parts: the mean of the ranks' part-batch means is the whole batch's mean. Only the order of
+            # the fp32 sums differs, ~1e-7 of values near 0.1; 1e-5 leaves room and still tells a sum (3x), a
+            # division by 2, one rank's gradient or an unchanged gradient apart, which differ by 1e-2 or more.
             assert torch.allclose(got, want, rtol=1e-4, atol=1e-5), (
-                f"rank {rank}, {name}: after average_gradients the gradient should equal one process's on the "
-                f"whole batch (the mean of the ranks' gradients); it is off by {(got - want).abs().max():.3g} "
-                f"(ratio of norms {got.norm() / want.norm():.3f})"
+                f"rank {rank} of {WORLD}, {name}: after average_gradients the gradient should equal one process's "
+                f"on the whole batch (the mean of the {WORLD} ranks' gradients); it is off by "
+                f"{(got - want).abs().max():.3g} (ratio of norms {got.norm() / want.norm():.3f}) - divide by "
+                f"dist.get_world_size(), whatever it is"
             )
 
 
 @pytest.mark.exercise("8.3", points=1)
 def test_every_rank_ends_with_the_same_gradients(answers):
-    ranks = _two_ranks(answers.__file__)
+    ranks = _all_ranks(answers)
     for name, grad in ranks[0]["grads"].items():
-        other = ranks[1]["grads"][name]
-        if grad is None or other is None:
-            assert grad is None and other is None, f"{name}: a parameter without a gradient keeps grad None"
-            continue
-        assert torch.equal(grad, other), (
-            f"{name}: ranks 0 and 1 end with different gradients (max difference "
-            f"{(grad - other).abs().max():.3g}): the optimizer would then move their copies apart"
-        )
+        for rank, result in enumerate(ranks[1:], start=1):
+            other = result["grads"][name]
+            if grad is None or other is None:
+                assert grad is None and other is None, f"{name}: a parameter without a gradient keeps grad None"
+                continue
+            assert torch.equal(grad, other), (
+                f"{name}: ranks 0 and {rank} end with different gradients (max difference "
+                f"{(grad - other).abs().max():.3g}): the optimizer would then move their copies apart"
+            )
     changed = any(not torch.equal(ranks[0]["local"][n], g) for n, g in ranks[0]["grads"].items() if g is not None)
-    assert changed, "rank 0's gradients are the ones its own half of the batch gave: nothing was averaged"
+    assert changed, "rank 0's gradients are the ones its own part of the batch gave: nothing was averaged"
+    replaced = sorted({name for r in ranks for name, same in r["in_place"].items() if not same})
+    assert not replaced, (
+        f"{replaced}: p.grad is a new tensor after average_gradients; average each gradient in place (all_reduce "
+        f"into p.grad, then p.grad /= world): whatever holds the gradient tensor (DDP's buckets, an optimizer "
+        f"hook) must see the average"
+    )

@@ -49,7 +49,8 @@ def accum_for(target_batch: int, micro_batch: int, world_size: int = 1) -> int:
     """Exercise 5.2: accumulation steps that make `target_batch` sequences per step from this micro-batch.
 
     Raise ValueError (saying which numbers do not divide) when target_batch is not a multiple of
-    micro_batch * world_size: a rounded accum would silently train on another batch size.
+    micro_batch * world_size: a rounded accum would silently train on another batch size. Raise it too when
+    a size is below 1 (a run has at least one process).
     """
     # BEGIN SOLUTION 5.2: target_batch / (micro_batch * world_size), which must be a whole number
     per_round = micro_batch * world_size

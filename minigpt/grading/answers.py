@@ -97,8 +97,19 @@ def _context() -> multiprocessing.context.BaseContext:
 def warm_up() -> None:
     """Start the server the workers are forked from now: it imports torch while pytest collects the tests."""
     if _context().get_start_method() == "forkserver":
-        from multiprocessing import forkserver
+        from multiprocessing import forkserver, resource_tracker
 
+        # Workers are killed, not shut down, so the semaphores their code made (tqdm's lock, for one) are freed
+        # by the resource tracker at the end: without its warning about them, which would only be noise here.
+        warnings = os.environ.get("PYTHONWARNINGS")
+        os.environ["PYTHONWARNINGS"] = "ignore:resource_tracker:UserWarning"
+        try:
+            resource_tracker.ensure_running()
+        finally:
+            if warnings is None:
+                del os.environ["PYTHONWARNINGS"]
+            else:
+                os.environ["PYTHONWARNINGS"] = warnings
         forkserver.ensure_running()
 
 
@@ -154,7 +165,13 @@ class Worker:
         }
         began = time.monotonic()
         self.process = _context().Process(target=worker.serve, args=(theirs, setup), name=f"exercise {self.exercise}")
-        self.process.start()
+        # multiprocessing re-runs the parent's main script in a new process unless it is `python -m`: a worker
+        # must not (a script that calls pytest.main() would grade again in it), so it sees no main script.
+        main, sys.modules["__main__"] = sys.modules["__main__"], ModuleType("__main__")
+        try:
+            self.process.start()
+        finally:
+            sys.modules["__main__"] = main
         theirs.close()
         try:
             started = self._receive(began + STARTUP_LIMIT_S)

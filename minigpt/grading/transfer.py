@@ -90,11 +90,16 @@ def grads_of(tensors: list[torch.Tensor]) -> list[torch.Tensor | None]:
     return [t.grad for t in tensors]
 
 
-def set_grads(tensors: list[torch.Tensor], grads: list[torch.Tensor | None]) -> None:
-    """Give each tensor its gradient back after a pickle."""
+def unpickled(tensors: list[torch.Tensor], stateful: list[object], grads: list[torch.Tensor | None]) -> None:
+    """In the worker: what a pickle leaves out, put back: each tensor's gradient, and each GradScaler's scale
+    as a tensor (a pickled scaler keeps its scale as a number, and would refuse to step gradients scaled
+    before the pickle)."""
     for t, grad in zip(tensors, grads):
         if grad is not None:
             t.grad = grad
+    for obj in stateful:
+        if isinstance(obj, SCALER) and obj.is_enabled():
+            obj.scale(torch.zeros(()))  # the scale tensor, made from the pickled number (the tests run on the CPU)
 
 
 def state_after(tensors: list[torch.Tensor], stateful: list[object]) -> dict:

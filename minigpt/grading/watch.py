@@ -122,6 +122,28 @@ def train_runs(answers: object) -> Iterator[list[dict]]:
             module.train = real
 
 
+def check_run_times(rows: list[dict], seen: dict, what: str) -> None:
+    """In the grader: each row's "seconds" timed its own run, as train_runs saw it (seen: "runs", and "called"
+    and "returned", the clock around the answer's call). At least the run itself, and at most the time from
+    the end of the run before it to the start of the run after it: a clock started once before the loop reads
+    more. The clocks agree: both were read in the worker."""
+    runs = seen["runs"]
+    for i, (r, run) in enumerate(zip(rows, runs)):
+        low = run["finished"] - run["started"]
+        high = (runs[i + 1]["started"] if i + 1 < len(runs) else seen["returned"]) - (
+            runs[i - 1]["finished"] if i > 0 else seen["called"]
+        )
+        assert r["seconds"] >= low, (
+            f"{what} {r[what]}: seconds {r['seconds']:.4f} s, but train() alone took {low:.4f} s: time the whole "
+            f"run (perf_counter before and after train())"
+        )
+        assert r["seconds"] <= high, (
+            f"{what} {r[what]}: seconds {r['seconds']:.4f} s, more than the {high:.4f} s from the end of the run "
+            f"before to the start of the next: the clock also counted the runs before this one - start it just "
+            f"before each train(), not once before the loop"
+        )
+
+
 @contextlib.contextmanager
 def model_inputs() -> Iterator[list[tuple[int, ...]]]:
     """The shape of the token ids of every GPT forward pass inside the block, in order."""

@@ -108,7 +108,7 @@ def _answer(answers: ModuleType, request: tuple, answers_path: str) -> bytes:
     """Run one call; its report as bytes: {"id", "result", "tensors", "states"} or {"id", "error"}."""
     number, target, args, kwargs, grads = request
     tensors, stateful = transfer.parts((args, kwargs))
-    transfer.set_grads(tensors, grads)
+    transfer.unpickled(tensors, stateful, grads)
     try:
         if isinstance(target, str):
             if not callable(getattr(answers, target, None)):
