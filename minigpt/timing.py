@@ -36,9 +36,11 @@ def clock(device: torch.device | str = "cpu") -> float:
 def interleaved_seconds(
     candidates: dict[str, Callable[[], object]], rounds: int = 5, device: torch.device | str = "cpu", warmup: int = 1
 ) -> dict[str, list[float]]:
-    """Seconds of one call of each candidate, per round: A B C, A B C, ... after `warmup` untimed rounds.
+    """Seconds of one call of each candidate, per round: A B C, B C A, C A B, ... after `warmup` untimed rounds.
 
     Interleaving puts the candidates side by side in time, so a slow moment of the machine hits each of them.
+    Each round starts one candidate later: what ran just before a candidate (a larger model that took the
+    cache, say) changes from round to round, so it shows up as spread between the rounds, not as a bias.
     """
     if rounds < 1 or not candidates:
         raise ValueError(f"need at least one candidate and one round, got {len(candidates)} and {rounds}")
@@ -46,8 +48,10 @@ def interleaved_seconds(
         for run in candidates.values():
             run()
     seconds: dict[str, list[float]] = {name: [] for name in candidates}
-    for _ in range(rounds):
-        for name, run in candidates.items():
+    names = list(candidates)
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            run = candidates[name]
             start = clock(device)
             run()
             seconds[name].append(clock(device) - start)
