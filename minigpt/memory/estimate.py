@@ -15,6 +15,7 @@ import torch
 from minigpt.config import check_optimizer
 from minigpt.loss import check_loss_chunks
 from minigpt.memory.activations import activation_table, block_activation_bytes, selective_rows
+from minigpt.memory.adapters import lora_estimate
 from minigpt.memory.breakdown import MemoryBreakdown, Widths, device_type, widths
 from minigpt.memory.loss_head import HeadMoments, head_moments, loss_head_bytes
 from minigpt.memory.offloaded import head_reloads, region_reload
@@ -323,6 +324,12 @@ def estimate(
     optimizer_in_backward: bool = False,
     loss_chunks: int = 1,
     offload_activations: bool = False,
+    lora_rank: int = 0,
+    lora_targets: str = "attn",
+    base_dtype: str = "fp32",
+    quant_block: int = 64,
+    train_norms: bool = False,
+    train_embedding: bool = False,
 ) -> MemoryBreakdown:
     """Predicted memory of one training step, from the config alone (no tensor is made).
 
@@ -335,6 +342,12 @@ def estimate(
     """
     precision = normalize_precision(precision)
     check_optimizer(optimizer, optimizer_in_backward, precision)
+    if lora_rank:  # `lora_*`, base_dtype...: adapters on a frozen base, whose terms adapters.py predicts
+        others = optimizer != "adamw" or optimizer_in_backward or loss_chunks != 1 or offload_activations
+        if others or master_weights:
+            raise ValueError("minigpt memory predicts a LoRA step with AdamW and none of this round's other levers")
+        lora = (lora_rank, lora_targets, base_dtype, quant_block, train_norms, train_embedding)
+        return lora_estimate(model_cfg, batch, ctx, precision, checkpointing, device, *lora, CUDA_LIBRARY_WORKSPACE)
     dev = device_type(device)
     static = static_bytes(model_cfg, precision, master_weights)
     check_loss_chunks(loss_chunks, batch * ctx)

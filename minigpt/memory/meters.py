@@ -11,6 +11,8 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from minigpt.quantize import is_unpacking
+
 
 class SavedTensorMeter(torch.autograd.graph.saved_tensors_hooks):
     """Records the storages autograd saves for backward, each once (views share a storage).
@@ -131,7 +133,9 @@ class LiveTensorTracker(TorchDispatchMode):
                 "died": None,
                 "phase": self.phase,
                 # autocast's copy of a weight: a cast whose input is a parameter
-                "weight_copy": func is torch.ops.aten._to_copy.default and bool(inputs & self.param_ptrs),
+                # ... or a frozen weight unpacked for one matmul (LoRA's base, cast or dequantized: minigpt.lora)
+                "weight_copy": (func is torch.ops.aten._to_copy.default and bool(inputs & self.param_ptrs))
+                or is_unpacking(),
             }
             self.records.append(rec)
             self._live[ptr] = (StorageWeakRef(storage), rec)
