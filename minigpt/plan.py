@@ -172,10 +172,12 @@ def plan(
             "equal share of every step"
         )
     hw = get_hardware(hardware)
+    has = f"the {hw.name} has {gib(hw.memory_bytes)}"
     if memory_bytes is not None:
         if memory_bytes <= 0:
             raise ValueError(f"memory_bytes must be positive, got {memory_bytes}")
         hw = replace(hw, memory_bytes=int(memory_bytes))
+        has = f"this plan is given a budget of {gib(hw.memory_bytes)} ({has})"
     usable = int(hw.usable_memory_bytes * (1 - headroom))
     precision, precision_reason = choose_precision(hw)
     # memory.estimate for this model, precision and kind of device (CUDA's kernels keep a little less), per GPU
@@ -187,8 +189,7 @@ def plan(
         "cpu": "the OS and other programs",
     }.get(hw.kind, "everything else")
     reasons = [
-        f"memory: the {hw.name} has {gib(hw.memory_bytes)}{share}; keeping {headroom:.0%} headroom for "
-        f"{kept_for} leaves {gib(usable)} for training",
+        f"memory: {has}{share}; keeping {headroom:.0%} headroom for {kept_for} leaves {gib(usable)} for training",
         precision_reason,
     ]
     n_params, per_param = count_params(cfg), static_bytes_per_param(precision)["total"]
@@ -311,7 +312,9 @@ def gpus_to_fit_static(cfg: ModelConfig, precision: str, shard: str, budget: int
 def _with_sharding(lever: str, cfg: ModelConfig, precision: str, usable: int) -> str:
     """The lever, plus how many GPUs --shard fsdp needs before the static state alone fits each one."""
     n = gpus_to_fit_static(cfg, precision, "fsdp", usable)
-    return lever if n is None else f"{lever}; or split the static state: --shard fsdp over at least {n} GPUs"
+    if n is None or n == 1:  # no number of GPUs helps, or one already holds the static state: the rest does not fit
+        return lever
+    return f"{lever}; or split the static state: --shard fsdp over at least {n} GPUs"
 
 
 def _does_not_fit(

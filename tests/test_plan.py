@@ -222,3 +222,16 @@ def test_bad_gpu_settings_are_clear_errors():
         plan("125m", "t4", 1024, 128, gpus=0)
     with pytest.raises(ValueError, match="--shard"):
         plan("125m", "t4", 1024, 128, gpus=2, shard="zero2")
+
+
+def test_a_budget_is_named_as_a_budget_beside_the_machine_memory():
+    """explain() says the plan's memory is a budget given to it, and what the machine itself has."""
+    p = plan("tiny", "cpu", 64, 4, headroom=0.0, memory_bytes=2**30)
+    line = next(r for r in p.reasons if r.startswith("memory:"))
+    assert "budget of 1.00 GiB" in line and "has" in line
+
+
+def test_no_sharding_lever_when_one_gpu_already_holds_the_static_state():
+    """'--shard fsdp over at least 1 GPUs' says nothing: the lever names sharding only from 2 GPUs up."""
+    p = plan("125m", "t4", 1024, 128, memory_bytes=int(2.2e9))
+    assert not p.fits and "at least 1 GPUs" not in p.lever
