@@ -8,7 +8,7 @@ TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lab lint format badges bench slides chromium chapters grade clean
+.PHONY: setup demo test lab lint format badges bench slides chromium chapters grade classroom-template clean
 
 setup: $(STAMP)
 
@@ -76,10 +76,18 @@ format: setup
 	$(VENV)/bin/ruff format $(LINTED)
 
 # Grade a folder of submissions (one subfolder per learner, holding their exercises/chNN_*.py) into grades.csv,
-# each learner in its own process: make grade SUBMISSIONS=dir/ [TIMEOUT=60]
+# each learner in its own grader process, their answers in worker processes of its own: make grade
+# SUBMISSIONS=dir/ [TIMEOUT=60]. grades.csv: one row per learner, whatever their code does (points per
+# exercise, total, status graded / timed out / crashed, and a note).
 grade: setup
 	@test -n "$(SUBMISSIONS)" || (echo "usage: make grade SUBMISSIONS=dir/" && exit 2)
 	$(PY) scripts/grade_submissions.py $(SUBMISSIONS) --out grades.csv $(if $(TIMEOUT),--exercise-timeout $(TIMEOUT))
+
+# A copy of the course for learners without the reference answers (solutions/) or the course's own tests:
+# it grades as this one does, and its stubs fail with their hints. make classroom-template OUT=dir
+classroom-template:
+	@test -n "$(OUT)" || (echo "usage: make classroom-template OUT=dir" && exit 2)
+	$(PYTHON) scripts/classroom_template.py $(OUT)
 
 # Point every notebook's Colab badge and setup cell at another GitHub repo: make badges REPO=owner/name
 badges: setup

@@ -1,23 +1,43 @@
 """Grade a folder of learner submissions into grades.csv: `make grade SUBMISSIONS=dir/`.
 
 Each subfolder of SUBMISSIONS is one learner, holding their chNN_*.py answers (in an exercises/ folder, or
-directly). Each is graded by `pytest exercises/ --answers-dir ...` in its own process, with the per-test
-timeout, so no learner's code is ever imported into another's grading. grades.csv has one row per
-learner: their points per exercise and their total.
+directly). Each is graded by `pytest exercises/ --answers-dir ...` in its own process, which runs their answers
+in worker processes of its own and writes grade.json. That file is read back against the exercise table of the
+tests (minigpt.grading.score.read_grade): points are capped at what each exercise is worth, and a grade.json
+that is missing, malformed or names an unknown exercise counts as a crash, never a reason to stop.
+
+grades.csv always gets one row per learner: their points per exercise, their total, a status and a note.
+    graded     every exercise was graded
+    timed out  an exercise ran past the exercise timeout (it scores 0; the note names it), or the learner's
+               whole grading ran past --session-timeout (no grade: 0 points)
+    crashed    the grader's run ended without a grade it could read (0 points; the note says why)
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from minigpt.grading.score import GradeFileError, exercise_table, read_grade  # noqa: E402 - after the path
+
+
+@dataclass
+class Grade:
+    """One learner's row of grades.csv."""
+
+    status: str
+    points: dict[str, float] = field(default_factory=dict)
+    note: str = ""
 
 
 def answers_folder(submission: Path) -> Path:
@@ -26,19 +46,46 @@ def answers_folder(submission: Path) -> Path:
     return inner if inner.is_dir() else submission
 
 
-def grade_one(submission: Path, timeout_s: float, session_timeout_s: float) -> dict | None:
-    """grade.json of one submission, graded in a fresh process (None if that process did not finish)."""
+def _last_line(path: Path) -> str:
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1].strip()[:200] if lines else "no output"
+
+
+def grade_one(submission: Path, table: dict[str, float], timeout_s: float, session_timeout_s: float) -> Grade:
+    """Grade one submission in a fresh grader process; whatever happens, a Grade comes back."""
     with tempfile.TemporaryDirectory() as tmp:
-        grade = Path(tmp) / "grade.json"
+        grade_json, output = Path(tmp) / "grade.json", Path(tmp) / "output.txt"
         cmd = [sys.executable, "-m", "pytest", "exercises/", "-q", "-p", "no:cacheprovider"]
-        cmd += ["--answers-dir", str(answers_folder(submission)), "--grade-json", str(grade)]
+        cmd += ["--answers-dir", str(answers_folder(submission)), "--grade-json", str(grade_json)]
         cmd += ["--exercise-timeout", str(timeout_s)]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        with open(output, "w") as out:
+            grader = subprocess.Popen(
+                cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+            )
+            try:
+                code = grader.wait(timeout=session_timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(grader.pid, signal.SIGKILL)  # the grader; its workers end with it
+                grader.wait()
+                return Grade("timed out", note=f"grading ran past {session_timeout_s:g} s and was stopped: no grade")
         try:
-            subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, timeout=session_timeout_s)
-        except subprocess.TimeoutExpired:  # a hang the per-test timer could not interrupt (inside C code)
-            return None
-        return json.loads(grade.read_text()) if grade.exists() else None
+            points, timed_out = read_grade(grade_json, table)
+        except GradeFileError as error:
+            return Grade("crashed", note=f"{error} (the grader's exit status {code}: {_last_line(output)})")
+    if timed_out:
+        return Grade("timed out", points, f"timed out after {timeout_s:g} s, 0 points: {', '.join(timed_out)}")
+    return Grade("graded", points)
+
+
+def write_csv(path: Path, table: dict[str, float], grades: dict[str, Grade]) -> None:
+    """learner, one column per exercise, total, status, note: one row per learner."""
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["learner", *table, "total", "status", "note"])
+        for name, g in grades.items():
+            points = [g.points.get(e, 0.0) for e in table]
+            writer.writerow([name, *(f"{p:g}" for p in points), f"{sum(points):g}", g.status, g.note])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,26 +93,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("submissions", type=Path, help="a folder with one subfolder per learner")
     parser.add_argument("--out", type=Path, default=Path("grades.csv"), help="the CSV to write (grades.csv)")
     parser.add_argument("--exercise-timeout", type=float, default=60.0, help="seconds per test (60)")
-    parser.add_argument("--session-timeout", type=float, default=1800.0, help="seconds per learner, all in (1800)")
+    parser.add_argument(
+        "--session-timeout", type=float, help="seconds per learner, all in (default: 300 + 2 x timeout per exercise)"
+    )
     args = parser.parse_args(argv)
+    if not args.submissions.is_dir():
+        parser.error(f"{args.submissions} is not a folder")
     learners = sorted(p for p in args.submissions.iterdir() if p.is_dir())
     if not learners:
-        parser.error(f"{args.submissions} has no submission folders")
-    grades = {}
+        parser.error(f"{args.submissions} has no submission folders (one per learner)")
+    table = exercise_table(ROOT / "exercises")
+    session_timeout = args.session_timeout or 300 + 2 * len(table) * args.exercise_timeout
+    grades: dict[str, Grade] = {}
     for learner in learners:
-        grades[learner.name] = grade_one(learner.resolve(), args.exercise_timeout, args.session_timeout)
-        total = grades[learner.name]["earned"] if grades[learner.name] else 0
-        print(f"{learner.name}: {total:g}", flush=True)
-    exercises = sorted(
-        {e for g in grades.values() if g for e in g["exercises"]},
-        key=lambda e: tuple(int(p) for p in e.split(".")),
-    )
-    with open(args.out, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["learner", *exercises, "total"])
-        for name, g in grades.items():
-            points = [g["exercises"][e]["earned"] if g and e in g["exercises"] else 0 for e in exercises]
-            writer.writerow([name, *(f"{p:g}" for p in points), f"{sum(points):g}"])
+        try:
+            grades[learner.name] = grade_one(learner.resolve(), table, args.exercise_timeout, session_timeout)
+        except Exception as error:  # noqa: BLE001 - one learner's trouble never costs the others their row
+            grades[learner.name] = Grade("crashed", note=f"{type(error).__name__}: {error}")
+        g = grades[learner.name]
+        print(f"{learner.name}: {sum(g.points.values()):g} ({g.status})", flush=True)
+    write_csv(args.out, table, grades)
     print(f"wrote {args.out} ({len(grades)} learners)")
     return 0
 
