@@ -17,6 +17,7 @@ from typing import NoReturn
 
 from tabulate import tabulate
 
+from minigpt.cli_budget import add_budget_flags, cmd_plan_budget
 from minigpt.cli_finetune import (
     add_finetune_commands,
     add_init_from_flags,
@@ -109,6 +110,8 @@ def cmd_memory(args: argparse.Namespace) -> int:
         master_weights=args.master_weights,
         optimizer=args.optimizer,
         optimizer_in_backward=args.optimizer_in_backward,
+        loss_chunks=args.loss_chunks,
+        offload_activations=args.offload_activations,
         **lora_shape(args),
     )
     predicted = memory.estimate(cfg, device=device, **shape)
@@ -178,6 +181,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """Choose precision, micro-batch, accumulation and checkpointing for a preset on some hardware."""
     from minigpt.plan import PLAN_MODELS, plan, recommended_table
 
+    if args.budget:  # plan for a memory budget, with every lever (minigpt/cli_budget.py)
+        if args.table:
+            raise ValueError("--table plans the catalogued GPUs; leave it out with --budget")
+        return cmd_plan_budget(args)
+    if args.largest:
+        raise ValueError("--largest needs --budget (the memory to fill), e.g. --budget 16GiB or --budget auto")
     if args.table:
         rows = recommended_table(effective_batch=args.effective_batch)
         table = tabulate(rows, headers="keys", tablefmt="github")
@@ -231,6 +240,11 @@ def add_step_shape_flags(p: argparse.ArgumentParser) -> None:
     add_field_flag(p, "batch", type=int, help="micro-batch size (sequences per forward)")
     add_field_flag(p, "ctx", type=int, help="tokens per sequence (default: the preset's maximum)")
     add_field_flag(p, "checkpointing", choices=list(CHECKPOINTING_MODES))
+    add_field_flag(p, "loss_chunks", type=int, help="the loss head in N token chunks: no whole (tokens x vocab) logits")
+    add_field_flag(
+        p, "offload_activations", action="store_true", help="saved activations to pinned host memory (CUDA) or disk"
+    )
+    add_field_flag(p, "offload_dir", help="--offload-activations on a CPU: the temp folder's place (default: TMPDIR)")
     add_field_flag(p, "shard", choices=list(SHARD_MODES), help="torchrun: split AdamW (zero1) or all state (fsdp)")
     add_field_flag(p, "optimizer", choices=list(OPTIMIZERS), help="adamw8bit: 8-bit moments, about 2 bytes a parameter")
     add_field_flag(
@@ -385,6 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ctx", type=int, help="default: the preset's maximum")
     p.add_argument("--effective-batch", type=int, default=128)
     p.add_argument("--table", action="store_true", help="the recommended-settings table, made by the planner")
+    add_budget_flags(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
     p = sub.add_parser("train", help="train a model")

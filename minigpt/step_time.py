@@ -34,3 +34,43 @@ def relative_step_time(cfg: ModelConfig, ctx: int, checkpointing: str) -> float:
         "selective": SELECTIVE_RECOMPUTE_SHARE * blocks_share,
     }[checkpointing]
     return (1 + 2 + recomputed) / 3
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Seconds per step with any set of levers: FLOPs at measured rates, plus the bytes a lever moves
+
+# The optimizer step is elementwise and memory-bound: it costs about as much as this many fp32 FLOPs per
+# parameter at the matmul rate. ASSUMPTIONS (rules of thumb, checked by benchmarks/): fused AdamW reads and
+# writes weight, gradient and two moments once (about 20); the 8-bit AdamW also decodes and re-encodes both
+# moments block by block (about twice that).
+OPTIMIZER_FLOPS_PER_PARAM = {"adamw": 20, "adamw8bit": 40}
+
+
+def step_seconds(
+    cfg: ModelConfig,
+    tokens: int,
+    ctx: int,
+    n_params: int,
+    rates: dict[str, float],
+    precision: str = "fp32",
+    checkpointing: str = "none",
+    optimizer: str = "adamw",
+    loss_chunks: int = 1,
+    offloaded_bytes: int = 0,
+) -> dict[str, float]:
+    """Predicted seconds of one step, by part: compute, recompute (checkpointing, chunked loss), optimizer, offload.
+
+    `rates`: matmul FLOP/s per precision ("fp32", "bf16", "fp16") and disk or host bytes/s ("offload"), measured
+    on the device. The step in backward moves no work, so it costs nothing here.
+    """
+    flops = forward_flops_per_token(cfg, ctx)
+    matmul_rate = rates["bf16" if precision == "bf16-pure" else precision]
+    forward = (flops["blocks"] + flops["head"]) * tokens
+    recomputed_blocks = 3 * relative_step_time(cfg, ctx, checkpointing) - 3  # in forwards of the whole model
+    return {
+        "compute": 3 * forward / matmul_rate,
+        "recompute": recomputed_blocks * forward / matmul_rate
+        + (flops["head"] * tokens / matmul_rate if loss_chunks > 1 else 0.0),  # each chunk's logits made again
+        "optimizer": OPTIMIZER_FLOPS_PER_PARAM[optimizer] * n_params / rates["fp32"],
+        "offload": 2 * offloaded_bytes / rates["offload"] if offloaded_bytes else 0.0,  # out, then back in
+    }

@@ -1,0 +1,349 @@
+"""Plan for a memory budget instead of a catalogued GPU: every lever the engine has, the fastest set that fits.
+
+The budget is the whole process (minigpt.budget): on a CPU the runtime's own resident memory comes first,
+then the step's peak as minigpt.memory predicts it. The levers: precision (and fp32 master weights), the
+8-bit AdamW, the optimizer step in backward, gradient checkpointing, the chunked loss and activation
+offloading; the micro-batch is given. Among the sets that fit, the plan takes the one with the fewest
+predicted seconds per step (minigpt.step_time) and says, for every lever it leaves out, why.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from minigpt import memory
+from minigpt.budget import runtime_baseline_bytes
+from minigpt.model import PRESETS, ModelConfig, count_params, shaped_config
+from minigpt.precision import precision_problem, probe_precision
+from minigpt.recompute import CHECKPOINTING_MODES
+from minigpt.step_time import step_seconds
+
+MIB = 2**20
+LOSS_CHUNKS = 8  # what the planner asks of --loss-chunks: the head's (tokens x vocabulary) buffers / 8
+
+
+@dataclass(frozen=True)
+class Levers:
+    """One set of memory levers, named like TrainConfig's fields (and so like `minigpt train`'s flags)."""
+
+    precision: str = "fp32"
+    master_weights: bool = False
+    optimizer: str = "adamw"
+    optimizer_in_backward: bool = False
+    checkpointing: str = "none"
+    loss_chunks: int = 1
+    offload_activations: bool = False
+
+    def flags(self) -> list[str]:
+        """The `minigpt train` flags that turn these levers on (the defaults left out)."""
+        out = ["--precision", self.precision]
+        out += ["--master-weights"] if self.master_weights else []
+        out += ["--optimizer", self.optimizer] if self.optimizer != "adamw" else []
+        # the step in backward frees each gradient at once, so a global-norm clip (which needs them all) is off
+        out += ["--optimizer-in-backward", "--grad-clip", "0"] if self.optimizer_in_backward else []
+        out += ["--checkpointing", self.checkpointing] if self.checkpointing != "none" else []
+        out += ["--loss-chunks", str(self.loss_chunks)] if self.loss_chunks > 1 else []
+        out += ["--offload-activations"] if self.offload_activations else []
+        return out
+
+
+NO_LEVERS = Levers()  # fp32 AdamW, nothing else: what a first training script does
+
+
+def supported_precisions(device: torch.device) -> list[str]:
+    """The precisions this device runs natively (chapter 4's rule: never plan an emulated or missing one)."""
+    return [p for p in ("fp32", "bf16", "fp16", "bf16-pure") if precision_problem(probe_precision(device, p)) is None]
+
+
+def all_levers(precisions: list[str]) -> list[Levers]:
+    """Every combination the engine can run. bf16-pure without master weights is left out: without stochastic
+    rounding it loses every update smaller than half a bf16 step (chapter 1's lost update)."""
+    combos = []
+    for precision, optimizer, in_backward, mode, chunks, offload in itertools.product(
+        precisions, ("adamw", "adamw8bit"), (False, True), CHECKPOINTING_MODES, (1, LOSS_CHUNKS), (False, True)
+    ):
+        if precision == "fp16" and in_backward:
+            continue  # the GradScaler must see every gradient before any step: the engine refuses the pair
+        combos.append(Levers(precision, precision == "bf16-pure", optimizer, in_backward, mode, chunks, offload))
+    return combos
+
+
+@functools.cache
+def measure_rates(device_type: str = "cpu", n: int = 512) -> dict[str, float]:
+    """Matmul FLOP/s per precision and the offload path's bytes/s on this device (measured once, cached).
+
+    Offload on a CPU writes files and reads them back, as --offload-activations does; on CUDA it copies to
+    pinned host memory and back.
+    """
+    device = torch.device(device_type)
+    rates = {}
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        a = torch.ones(n, n, dtype=dtype, device=device)
+        a @ a  # the first call may pick or load a kernel
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            a @ a
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            best = min(best, time.perf_counter() - t0)
+        rates[name] = 2 * n**3 / max(best, 1e-9)
+    rates["offload"] = _offload_bytes_per_second(device)
+    return rates
+
+
+def _offload_bytes_per_second(device: torch.device, n_bytes: int = 64 * MIB) -> float:
+    """Bytes per second of one round trip out and back: a file on a CPU, pinned host memory on CUDA."""
+    data = torch.ones(n_bytes, dtype=torch.uint8, device=device)
+    t0 = time.perf_counter()
+    if device.type == "cuda":
+        data.to("cpu", non_blocking=False).pin_memory().to(device)
+        torch.cuda.synchronize(device)
+    else:
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "probe.bin")
+            data.numpy().tofile(path)
+            torch.from_file(path, size=n_bytes, dtype=torch.uint8).clone()
+    return 2 * n_bytes / max(time.perf_counter() - t0, 1e-9)
+
+
+@dataclass
+class BudgetPlan:
+    """A planned run for a budget: the levers, the predicted peak of the process, and the reasons."""
+
+    model: ModelConfig
+    ctx: int
+    batch: int
+    budget_bytes: int
+    runtime_bytes: int  # the process before any tensor: interpreter, torch (0 on a GPU: its own memory)
+    levers: Levers | None  # None: nothing fits
+    breakdown: memory.MemoryBreakdown | None
+    seconds: dict[str, float] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)
+    name: str = ""  # the preset, or a description of the shape
+
+    @property
+    def fits(self) -> bool:
+        return self.levers is not None
+
+    @property
+    def predicted_process_bytes(self) -> int:
+        """What the whole process holds at the step's worst moment: the runtime, then the step's tensors."""
+        return self.runtime_bytes + (self.breakdown.peak if self.breakdown else 0)
+
+    def command(self, steps: int = 5, device: str = "cpu") -> str:
+        """The `minigpt train` command that runs this plan: its preset (125m for a family model), reshaped."""
+        preset = self.name if self.name in PRESETS else "125m"
+        base, m = PRESETS[preset], self.model
+        shape = ["--preset", preset]
+        for flag, value, preset_value in (
+            ("--n-layer", m.n_layer, base.n_layer),
+            ("--n-embd", m.n_embd, base.n_embd),
+            ("--n-head", m.n_head, base.n_head),
+        ):
+            shape += [flag, str(value)] if value != preset_value else []
+        levers = self.levers.flags() if self.levers else []
+        flags = [*shape, "--batch", str(self.batch), "--ctx", str(self.ctx), *levers, "--steps", str(steps)]
+        return " ".join(["minigpt", "train", *flags, "--device", device])
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model.to_dict(),
+            "params": count_params(self.model),
+            "ctx": self.ctx,
+            "batch": self.batch,
+            "budget_bytes": self.budget_bytes,
+            "runtime_bytes": self.runtime_bytes,
+            "levers": asdict(self.levers) if self.levers else None,
+            "predicted_process_bytes": self.predicted_process_bytes,
+            "breakdown": self.breakdown.to_dict() if self.breakdown else None,
+            "seconds": self.seconds,
+            "reasons": self.reasons,
+            "fits": self.fits,
+        }
+
+
+def predict(model: ModelConfig, batch: int, ctx: int, levers: Levers, device: str) -> memory.MemoryBreakdown:
+    """memory.estimate of one step with these levers."""
+    return memory.estimate(
+        model,
+        batch,
+        ctx,
+        precision=levers.precision,
+        checkpointing=levers.checkpointing,
+        master_weights=levers.master_weights,
+        device=device,
+        optimizer=levers.optimizer,
+        optimizer_in_backward=levers.optimizer_in_backward,
+        loss_chunks=levers.loss_chunks,
+        offload_activations=levers.offload_activations,
+    )
+
+
+def _seconds(model: ModelConfig, batch: int, ctx: int, levers: Levers, est, rates: dict) -> dict[str, float]:
+    offloaded = getattr(est, "offloaded", 0) or 0
+    return step_seconds(
+        model,
+        batch * ctx,
+        ctx,
+        count_params(model),
+        rates,
+        levers.precision,
+        levers.checkpointing,
+        levers.optimizer,
+        levers.loss_chunks,
+        offloaded,
+    )
+
+
+LEVER_NAMES = {
+    "precision": "precision",
+    "optimizer": "8-bit AdamW (--optimizer adamw8bit)",
+    "optimizer_in_backward": "the step in backward (--optimizer-in-backward)",
+    "checkpointing": "checkpointing",
+    "loss_chunks": f"the chunked loss (--loss-chunks {LOSS_CHUNKS})",
+    "offload_activations": "offloading (--offload-activations)",
+}
+
+
+def plan_for_budget(
+    model: ModelConfig,
+    budget_bytes: int,
+    ctx: int,
+    batch: int = 1,
+    device_type: str = "cpu",
+    runtime_bytes: int | None = None,
+    rates: dict[str, float] | None = None,
+    choices: list[Levers] | None = None,
+    name: str = "",
+) -> BudgetPlan:
+    """The fastest set of levers whose predicted process peak fits `budget_bytes`; levers None if none fits.
+
+    runtime_bytes: what the process holds before any tensor (default: measured on a CPU, 0 on a GPU, whose
+    budget is its own memory). rates: measure_rates(device_type) unless given (tests pass their own).
+    """
+    if budget_bytes < 1 or batch < 1 or ctx < 1:
+        raise ValueError(f"budget, batch and ctx must be positive, got {budget_bytes}, {batch}, {ctx}")
+    if runtime_bytes is None:
+        runtime_bytes = runtime_baseline_bytes() if device_type == "cpu" else 0
+    rates = rates or measure_rates(device_type)
+    choices = choices or all_levers(supported_precisions(torch.device(device_type)))
+    room = budget_bytes - runtime_bytes
+    scored = []
+    for levers in choices:
+        est = predict(model, batch, ctx, levers, device_type)
+        seconds = _seconds(model, batch, ctx, levers, est, rates)
+        scored.append((sum(seconds.values()), est.peak, levers, est, seconds))
+    fitting = [s for s in scored if s[1] <= room]
+    plan = BudgetPlan(model, ctx, batch, budget_bytes, runtime_bytes, None, None, name=name)
+    runtime_note = f"the runtime holds {runtime_bytes / MIB:,.0f} MiB before any tensor (measured)"
+    runtime_note = runtime_note if runtime_bytes else ""
+    if not fitting:
+        _, peak, levers, est, seconds = min(scored, key=lambda s: s[1])
+        plan.breakdown, plan.seconds = est, seconds
+        plan.reasons.append(
+            f"nothing fits: the smallest predicted step peak is {peak / MIB:,.0f} MiB ({' '.join(levers.flags())})"
+            f" but {room / MIB:,.0f} MiB are left of the budget" + (f" after {runtime_note}" if runtime_note else "")
+        )
+        return plan
+    _, _, plan.levers, plan.breakdown, plan.seconds = min(fitting, key=lambda s: (s[0], s[1]))
+    if runtime_note:
+        plan.reasons.append(f"budget {budget_bytes / MIB:,.0f} MiB for the whole process: {runtime_note}")
+    plan.reasons += _why_each_lever(plan.levers, scored, room)
+    return plan
+
+
+def _why_each_lever(best: Levers, scored: list[tuple], room: int) -> list[str]:
+    """For each lever: why it is on (without it nothing fits, or it is faster) or off (it is not needed)."""
+    best_seconds = next(s[0] for s in scored if s[2] == best)
+    reasons = []
+    for attr, label in LEVER_NAMES.items():
+        chosen = getattr(best, attr)
+        for other in sorted({getattr(s[2], attr) for s in scored} - {chosen}, key=str):
+            alternatives = [s for s in scored if getattr(s[2], attr) == other]
+            fit = [s for s in alternatives if s[1] <= room]
+            categorical = attr in ("precision", "checkpointing")
+            what = f"{label} {other}" if categorical else label
+            verb = "with" if categorical or other != getattr(NO_LEVERS, attr) else "without"
+            if not fit:
+                smallest = min(alternatives, key=lambda s: s[1])[1]
+                reasons.append(f"{verb} {what}: nothing fits (smallest peak {smallest / MIB:,.0f} MiB)")
+            else:
+                fastest = min(fit, key=lambda s: s[0])[0]
+                reasons.append(
+                    f"{verb} {what}: it fits, but the fastest such plan takes {fastest / best_seconds:.2f}x the time"
+                )
+    return reasons
+
+
+def family_model(k: int) -> ModelConfig:
+    """Model k of the course family: the 125m preset reshaped to k blocks of width 64 k, with k heads of 64.
+
+    (125m's head size, and GPT-2 small's aspect of width 64 per block; k = 12 is 91M parameters, k = 28 is 1.1B.)
+    """
+    return shaped_config("125m", n_layer=k, n_embd=64 * k, n_head=k)
+
+
+def largest(
+    budget_bytes: int,
+    ctx: int = 256,
+    batch: int = 1,
+    device_type: str = "cpu",
+    choices: list[Levers] | None = None,
+    runtime_bytes: int | None = None,
+    rates: dict[str, float] | None = None,
+) -> BudgetPlan:
+    """The plan of the largest family model (family_model(k)) that trains within the budget: a binary search.
+
+    Memory grows with k, so the fitting k form a prefix 1..K; ValueError if even k = 1 does not fit, naming
+    the smallest budget that would.
+    """
+    plan_k = functools.partial(
+        _family_plan, budget_bytes, ctx, batch, device_type, choices, runtime_bytes, rates or measure_rates(device_type)
+    )
+    first = plan_k(1)
+    if not first.fits:
+        need = first.predicted_process_bytes
+        raise ValueError(
+            f"no model of the family fits {budget_bytes / MIB:,.0f} MiB: the smallest (1 block of width 64) "
+            f"needs about {need / MIB:,.0f} MiB with its best levers; give --budget {need / MIB:,.0f}MiB or more"
+        )
+    lo, hi = 1, 2
+    while plan_k(hi).fits:  # double until one does not fit
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:  # the largest fitting k lies in [lo, hi)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if plan_k(mid).fits else (lo, mid)
+    return plan_k(lo)
+
+
+@functools.lru_cache(maxsize=256)
+def _family_plan_cached(*args) -> BudgetPlan:
+    return _family_plan_uncached(*args)
+
+
+def _family_plan(budget, ctx, batch, device_type, choices, runtime_bytes, rates, k) -> BudgetPlan:
+    key = (budget, ctx, batch, device_type, tuple(choices) if choices else None, runtime_bytes, tuple(rates.items()), k)
+    return _family_plan_cached(*key)
+
+
+def _family_plan_uncached(budget, ctx, batch, device_type, choices, runtime_bytes, rates, k) -> BudgetPlan:
+    model = family_model(k)
+    return plan_for_budget(
+        model,
+        budget,
+        ctx,
+        batch,
+        device_type,
+        runtime_bytes,
+        dict(rates),
+        list(choices) if choices else None,
+        name=f"family k={k}",
+    )
