@@ -5,14 +5,13 @@ Each function is one exercise; its docstring states the task.
 
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.nn.functional as F
 
 from minigpt import memory
 from minigpt.data import TokenData
 from minigpt.model import get_config
+from minigpt.timing import clock
 from minigpt.train import TrainConfig, train
 
 
@@ -57,9 +56,12 @@ def compare_precisions(
 
     For each precision, train with minigpt.train.train(TrainConfig(preset=..., precision=..., steps=...,
     batch=..., ctx=..., device=..., seed=0, progress=False, verbose=False, sample_tokens=0), data) and
-    time it with time.perf_counter(). Return one dict per precision, in order, with the keys
+    time it with minigpt.timing.clock(device), read before and after the run: this process's CPU time on a
+    CPU, so that other programs on a shared machine do not count, and on a GPU the wall clock once the GPU
+    has finished its queued work (section 5 of the chapter; a bare time.perf_counter() measures the machine's
+    load as much as the run). Return one dict per precision, in order, with the keys
       precision             the precision name
-      seconds               wall time of the whole run
+      seconds               the run's time by that clock
       final_loss            the last step's training loss (result.losses[-1])
       predicted_peak_bytes  minigpt.memory.estimate(model config, batch, ctx, precision, device=device).peak
       measured_peak_bytes   result.summary()["peak_memory_bytes"] (None on a CPU: nothing to read)
@@ -82,9 +84,9 @@ def compare_precisions(
             sample_tokens=0,
             eval_batches=2,
         )
-        start = time.perf_counter()
+        start = clock(device)
         result = train(cfg, data)
-        seconds = time.perf_counter() - start
+        seconds = clock(device) - start
         predicted = memory.estimate(get_config(preset), batch, ctx, precision, device=device)
         rows.append(
             {
