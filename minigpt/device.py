@@ -195,8 +195,11 @@ def device_info(device: torch.device | str | None = None) -> DeviceInfo:
     )
 
 
+CPU_MATMUL_N = 256  # the matrix size of doctor's 16-bit check: a 16-bit speed-up grows with the size
+
+
 @functools.lru_cache
-def cpu_matmul_slowdown(dtype: torch.dtype, n: int = 256, repeats: int = 5) -> float:
+def cpu_matmul_slowdown(dtype: torch.dtype, n: int = CPU_MATMUL_N, repeats: int = 5) -> float:
     """How many times slower an n x n matmul runs in `dtype` than in fp32 on this CPU (measured once, cached).
 
     A CPU without bf16 (or fp16) instructions still computes in that dtype, by converting through fp32:
@@ -297,7 +300,7 @@ def doctor_rows() -> list[tuple[str, str]]:
         for name, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
             slowdown = cpu_matmul_slowdown(dtype)
             speed = f"{1 / slowdown:.1f}x faster" if slowdown < 1 else f"{slowdown:.1f}x slower"
-            rows.append((f"{name} matmul vs fp32 (measured)", speed))
+            rows.append((f"{name} matmul vs fp32 (measured, {CPU_MATMUL_N} x {CPU_MATMUL_N})", speed))
     if info.note:
         rows.append(("device note", info.note))
     return rows
