@@ -4,7 +4,6 @@ and "why still fp32?"."""
 import copy
 import inspect
 import math
-import time
 
 import pytest
 import torch
@@ -12,7 +11,7 @@ import torch.nn.functional as F
 
 from minigpt import memory
 from minigpt.formats import update_is_lost
-from minigpt.grading.watch import check_run_times, optimizer_steps, train_runs
+from minigpt.grading.watch import check_run_times, now, optimizer_steps, train_runs
 from minigpt.model import GPT, get_config
 
 CHAPTER = "ch03_autocast"
@@ -118,9 +117,9 @@ def _compare_watched(answers, **kwargs):
     """In the worker: compare_precisions(**kwargs) with overflowing GradScalers, watching each training run."""
     with pytest.MonkeyPatch.context() as monkeypatch, train_runs(answers) as runs:
         _overflowing_grad_scaler(monkeypatch)
-        called = time.perf_counter()
+        called = now()
         rows = answers.compare_precisions(**kwargs)
-        returned = time.perf_counter()
+        returned = now()
     return {"rows": rows, "runs": runs, "called": called, "returned": returned}
 
 

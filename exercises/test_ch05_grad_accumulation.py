@@ -3,13 +3,12 @@ effective batch."""
 
 import copy
 import math
-import time
 
 import pytest
 import torch
 
 from minigpt import memory
-from minigpt.grading.watch import check_run_times, train_runs
+from minigpt.grading.watch import check_run_times, now, train_runs
 from minigpt.model import GPT, IGNORE_INDEX, get_config
 
 CHAPTER = "ch05_grad_accumulation"
@@ -126,9 +125,9 @@ def test_accum_for(answers):
 def _compare_watched(answers, **kwargs):
     """In the worker: compare_accumulation(**kwargs), watching each training run."""
     with train_runs(answers) as runs:
-        called = time.perf_counter()
+        called = now()
         rows = answers.compare_accumulation(**kwargs)
-        returned = time.perf_counter()
+        returned = now()
     return {"rows": rows, "runs": runs, "called": called, "returned": returned}
 
 
