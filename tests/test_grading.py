@@ -2,7 +2,7 @@
 the untouched stubs fail every test with their hint, every mistake of the wrong-answer suite fails the test
 meant to catch it (with the property, the values and the hint), a hanging answer costs one timeout and the
 rest still run, the classroom formats agree with the grade, and the exercise notebooks stop at their first
-check cell.
+check cell. Answers that attack the grader: tests/test_grading_attacks.py.
 
 The grader runs in a subprocess (`python -m pytest exercises/ ...`), as a learner or a classroom runs it.
 """
@@ -277,7 +277,8 @@ def test_every_test_fails_against_the_stubs_with_its_hint(stubs_run):
     assert "Traceback" not in output and "raise NotImplementedError" not in output
 
 
-def test_the_score_table_and_grade_json(stubs_run, solutions_run):
+def test_the_score_table_and_grade_json(runs, stubs_run, solutions_run):
+    assert runs["solutions"].proc.returncode == 0 and runs["stubs"].proc.returncode == 1, "the exit status follows"
     output, grade = solutions_run
     assert "exercise    points    tests passed    status" in output
     assert "total" in output
@@ -297,13 +298,13 @@ CHAPTER_OF = {p.name[2:4].lstrip("0"): p.stem for p in (ROOT / "solutions").glob
 
 @dataclass(frozen=True)
 class Mistake:
-    """A realistic wrong answer: `change` edits the reference answer (old text -> new text, or a new def
-    appended, which wins over the first); `test` is the test that must catch it."""
+    """A realistic wrong answer: `change` edits the reference answer (old text -> new text, a list of those, or a
+    new def appended, which wins over the first); `test` is the test that must catch it."""
 
     exercise: str
     function: str
     test: str
-    change: tuple[str, str] | str
+    change: tuple[str, str] | list[tuple[str, str]] | str
 
     @property
     def module(self) -> str:
@@ -408,6 +409,12 @@ MISTAKES = {
             "torch.tensor([math.inf], dtype=dtype))\n    return (above.double() - w_stored.double())",
             "torch.tensor([-math.inf], dtype=dtype))\n    return (w_stored.double() - above.double())",
         ),
+    ),
+    "threshold returned as a one-element tensor": Mistake(
+        "1.4",
+        "smallest_update_that_survives",
+        "test_smallest_update_is_half_the_gap",
+        ("- w_stored.double()).item() / 2", "- w_stored.double()) / 2"),
     ),
     # --- 2.1 count_parameters
     "lm_head counted as well as the embedding": Mistake(
@@ -567,8 +574,29 @@ MISTAKES = {
         "compare_precisions",
         "test_compare_precisions_table",
         (
-            "        start = time.perf_counter()\n        result = train(cfg, data)\n        seconds",
-            "        result = train(cfg, data)\n        start = time.perf_counter()\n        seconds",
+            "        start = clock(device)\n        result = train(cfg, data)\n        seconds",
+            "        result = train(cfg, data)\n        start = clock(device)\n        seconds",
+        ),
+    ),
+    "one clock for all the runs": Mistake(
+        "3.2",
+        "compare_precisions",
+        "test_compare_precisions_table",
+        [
+            ("    rows = []\n    for precision", "    rows = []\n    start = clock(device)  # once\n    for precision"),
+            (
+                "        start = clock(device)\n        result = train(cfg, data)\n",
+                "        result = train(cfg, data)\n",
+            ),
+        ],
+    ),
+    "peak predicted at the preset's ctx": Mistake(
+        "3.2",
+        "compare_precisions",
+        "test_compare_precisions_table",
+        (
+            "predicted = memory.estimate(get_config(preset), batch, ctx, precision,",
+            "predicted = memory.estimate(get_config(preset), batch, get_config(preset).ctx, precision,",
         ),
     ),
     # --- 3.3 lost_update_fraction
@@ -589,6 +617,25 @@ MISTAKES = {
         "lost_update_fraction",
         "test_lost_update_fraction",
         ("== stored).float().mean().item()", "== stored).float().sum().item()"),
+    ),
+    "the caller's weights updated in place (fp32's .to() is the same tensor)": Mistake(
+        "3.3",
+        "lost_update_fraction",
+        "test_lost_update_fraction",
+        (
+            "    return ((stored + update) == stored).float().mean().item()\n",
+            (
+                "    before = stored.clone()\n"
+                "    stored += update  # for fp32, .to(dtype) returned the caller's own tensor\n"
+                "    return (stored == before).float().mean().item()\n"
+            ),
+        ),
+    ),
+    "fraction returned as a 0-dim tensor": Mistake(
+        "3.3",
+        "lost_update_fraction",
+        "test_lost_update_fraction",
+        ("== stored).float().mean().item()", "== stored).float().mean()"),
     ),
     # --- 4.1 scaled_fp16_step
     "clipping before unscale_": Mistake(
@@ -635,6 +682,27 @@ MISTAKES = {
         "scaled_fp16_step",
         "test_an_overflow_skips_the_step",
         ("    scaler.update()  # halves the scale after a skip\n", ""),
+    ),
+    "a grown scale read as a skipped step": Mistake(
+        "4.1",
+        "scaled_fp16_step",
+        "test_an_overflow_skips_the_step",
+        ('"skipped": scaler.get_scale() < scale}\n', '"skipped": scaler.get_scale() != scale}\n'),
+    ),
+    "gradients left after the step": Mistake(
+        "4.1",
+        "scaled_fp16_step",
+        "test_clips_the_unscaled_gradients",
+        (
+            "    scaler.update()  # halves the scale after a skip\n    optimizer.zero_grad(set_to_none=True)\n",
+            "    scaler.update()  # halves the scale after a skip\n",
+        ),
+    ),
+    "loss returned as a tensor": Mistake(
+        "4.1",
+        "scaled_fp16_step",
+        "test_clips_the_unscaled_gradients",
+        ('return {"loss": loss.item(), "grad_norm"', 'return {"loss": loss.detach(), "grad_norm"'),
     ),
     # --- 4.2 update_scale
     "tracker not reset after an overflow": Mistake(
@@ -694,6 +762,12 @@ MISTAKES = {
         "test_schedule_does_not_move_on_a_skipped_step",
         ("    scaler.step(optimizer)\n    scaler.update()\n    skipped", "    scaler.step(optimizer)\n    skipped"),
     ),
+    "a grown scale read as a skipped step (4.3)": Mistake(
+        "4.3",
+        "step_unless_skipped",
+        "test_schedule_does_not_move_on_a_skipped_step",
+        ("    skipped = scaler.get_scale() < scale\n", "    skipped = scaler.get_scale() != scale\n"),
+    ),
     # --- 4.4 fp16_overflow_experiment
     "no clipping in the loop": Mistake(
         "4.4",
@@ -733,6 +807,21 @@ MISTAKES = {
         "fp16_overflow_experiment",
         "test_overflow_experiment_shows_the_scaler_backing_off",
         ("for step in range(1, steps + 1):", "for step in range(steps):"),
+    ),
+    "batches at the preset's ctx, not the one given": Mistake(
+        "4.4",
+        "fp16_overflow_experiment",
+        "test_overflow_experiment_shows_the_scaler_backing_off",
+        (
+            'x, y = data.get_batch("train", batch, ctx, generator)',
+            'x, y = data.get_batch("train", batch, get_config(preset).ctx, generator)',
+        ),
+    ),
+    "gradients never zeroed in the loop": Mistake(
+        "4.4",
+        "fp16_overflow_experiment",
+        "test_overflow_experiment_shows_the_scaler_backing_off",
+        ("        optimizer.zero_grad(set_to_none=True)\n        rows.append(", "        rows.append("),
     ),
     # --- 5.1 accumulate_gradients
     "no division by the window's tokens": Mistake(
@@ -779,6 +868,21 @@ MISTAKES = {
         "test_equal_micro_batches_match_one_big_batch",
         ("    return total / n_tokens\n", "    return total\n"),
     ),
+    "the window's earlier gradients zeroed": Mistake(
+        "5.1",
+        "accumulate_gradients",
+        "test_equal_micro_batches_match_one_big_batch",
+        (
+            "    total = 0.0\n    for x, y in micro_batches:\n",
+            "    model.zero_grad()  # a clean start\n    total = 0.0\n    for x, y in micro_batches:\n",
+        ),
+    ),
+    "loss returned as a 0-dim tensor": Mistake(
+        "5.1",
+        "accumulate_gradients",
+        "test_equal_micro_batches_match_one_big_batch",
+        ("        total += summed.item()\n", "        total += summed.detach()\n"),
+    ),
     # --- 5.2 effective_batch, accum_for
     "effective batch without world_size": Mistake(
         "5.2",
@@ -800,6 +904,15 @@ MISTAKES = {
     ),
     "only the micro-batch must divide": Mistake(
         "5.2", "accum_for", "test_accum_for", ("if target_batch % per_round:", "if target_batch % micro_batch:")
+    ),
+    "no error for a world_size below 1": Mistake(
+        "5.2",
+        "accum_for",
+        "test_accum_for",
+        (
+            "    if target_batch < 1 or micro_batch < 1 or world_size < 1:\n        raise ValueError(",
+            "    if target_batch < 1 or micro_batch < 1:\n        raise ValueError(",
+        ),
     ),
     # --- 5.3 compare_accumulation
     "first loss reported (5.3)": Mistake(
@@ -837,6 +950,27 @@ MISTAKES = {
             "        start = time.perf_counter()\n        result = train(cfg, data)\n        rows",
             "        result = train(cfg, data)\n        start = time.perf_counter()\n        rows",
         ),
+    ),
+    "one clock for all the runs (5.3)": Mistake(
+        "5.3",
+        "compare_accumulation",
+        "test_compare_accumulation",
+        [
+            (
+                "    rows = []\n    for accum in accums:",
+                "    rows = []\n    start = time.perf_counter()  # once\n    for accum in accums:",
+            ),
+            (
+                "        start = time.perf_counter()\n        result = train(cfg, data)\n",
+                "        result = train(cfg, data)\n",
+            ),
+        ],
+    ),
+    "ctx of the preset (5.3)": Mistake(
+        "5.3",
+        "compare_accumulation",
+        "test_compare_accumulation",
+        ("            ctx=ctx,\n", "            ctx=get_config(preset).ctx,\n"),
     ),
     # --- 6.1 checkpointed_forward
     "recomputation with other dropout masks": Mistake(
@@ -1005,6 +1139,21 @@ MISTAKES = {
             'row["activations_ratio"] = rows[0]["activation_bytes"] / row["activation_bytes"]',
         ),
     ),
+    "no zero_grad in the timed loop": Mistake(
+        "6.4",
+        "checkpointing_tradeoff",
+        "test_checkpointing_tradeoff_table",
+        (
+            "            optimizer.step()\n            optimizer.zero_grad(set_to_none=True)\n",
+            "            optimizer.step()\n",
+        ),
+    ),
+    "batch at the preset's ctx (6.4)": Mistake(
+        "6.4",
+        "checkpointing_tradeoff",
+        "test_checkpointing_tradeoff_table",
+        ("(batch, ctx + 1), generator=gen)", "(batch, cfg.ctx + 1), generator=gen)"),
+    ),
     # --- 7.1 find_max_batch_size
     "binary search off by one": Mistake(
         "7.1",
@@ -1122,6 +1271,32 @@ MISTAKES = {
         "test_out_of_memory_means_does_not_fit",
         ("    return not out_of_memory\n", "    if out_of_memory:\n        return False\n"),
     ),
+    "nothing freed after out of memory": Mistake(
+        "7.3",
+        "step_fits",
+        "test_out_of_memory_means_does_not_fit",
+        (
+            "    if out_of_memory:\n        gc.collect()\n        if torch.cuda.is_available():\n"
+            "            torch.cuda.empty_cache()\n",
+            "",
+        ),
+    ),
+    "gc.collect() inside the except block": Mistake(
+        "7.3",
+        "step_fits",
+        "test_out_of_memory_means_does_not_fit",
+        """
+        def step_fits(run_step):
+            try:
+                run_step()
+            except RuntimeError as error:
+                if not isinstance(error, torch.OutOfMemoryError) and "out of memory" not in str(error).lower():
+                    raise
+                gc.collect()  # too early: the error's traceback still holds the failed step's tensors
+                return False
+            return True
+        """,
+    ),
     # --- 8.1 per_rank_state_bytes
     "sharded state not divided by world": Mistake(
         "8.1",
@@ -1146,6 +1321,12 @@ MISTAKES = {
         "per_rank_state_bytes",
         "test_per_rank_bytes_of_each_mode",
         ('    "fsdp": ("optimizer", "gradients", "weights"),', '    "fsdp": ("optimizer", "gradients"),'),
+    ),
+    "no error for a world below 1": Mistake(
+        "8.1",
+        "per_rank_state_bytes",
+        "test_per_rank_bytes_round_the_shard_up",
+        ('    if world < 1:\n        raise ValueError(f"world must be at least 1 process, got {world}")\n', ""),
     ),
     # --- 8.2 flat_shard_range
     "shard size rounded down": Mistake(
@@ -1212,6 +1393,18 @@ MISTAKES = {
                         p.grad /= dist.get_world_size()
         """,
     ),
+    "world size hard-coded to 2": Mistake(
+        "8.3",
+        "average_gradients",
+        "test_averaged_gradients_equal_one_process_on_the_whole_batch",
+        ("    world = dist.get_world_size()\n", "    world = 2  # two processes\n"),
+    ),
+    "gradients replaced, not averaged in place": Mistake(
+        "8.3",
+        "average_gradients",
+        "test_every_rank_ends_with_the_same_gradients",
+        ("            p.grad /= world\n", "            p.grad = p.grad / world\n"),
+    ),
 }
 
 
@@ -1241,9 +1434,9 @@ def answers_with(folder: Path, mistakes: dict[str, Mistake]) -> Path:
         if isinstance(m.change, str):  # a new def, appended: it replaces the first
             text += f"\n\n# WRONG: {name}\n" + textwrap.dedent(m.change)
         else:
-            old, new = m.change
-            assert text.count(old) == 1, f"{name}: {old!r} occurs {text.count(old)} times in {m.module}.py"
-            text = text.replace(old, new)
+            for old, new in m.change if isinstance(m.change, list) else [m.change]:
+                assert text.count(old) == 1, f"{name}: {old!r} occurs {text.count(old)} times in {m.module}.py"
+                text = text.replace(old, new)
         path.write_text(text)
     return folder
 
@@ -1331,13 +1524,18 @@ def test_gradescope_results_agree_with_the_grade(runs):
     assert all("not done yet" in t["output"] and t["status"] == "failed" for t in tests), "the stubs' results"
 
 
-def test_github_classroom_runs_each_exercise_for_its_points(solutions_run):
+def test_github_classroom_runs_each_exercise_for_its_points(solutions_run, stubs_run):
     tests = json.loads((ROOT / ".github" / "classroom" / "autograding.json").read_text())["tests"]
     points = {e: g["possible"] for e, g in solutions_run[1]["exercises"].items()}
     assert {t["name"]: t["points"] for t in tests} == {f"Exercise {e}": p for e, p in points.items()}
     for t in tests:
         exercise = t["name"].split()[-1]
         assert t["run"] == f"python -m pytest exercises/ -q -p no:cacheprovider -k {exercise}", t
+        # Exit status 0 is not enough: the grader's verdict must be in the output, so an empty or early exit fails.
+        assert (t["comparison"], t["output"]) == ("included", "every selected test passed"), t
+    total = solutions_run[1]["possible"]
+    assert f"grade: {total:g}/{total:g} points, every selected test passed" in solutions_run[0]
+    assert "every selected test passed" not in stubs_run[0]
 
 
 def test_make_grade_writes_one_row_per_learner(runs, solutions_run):
@@ -1347,10 +1545,11 @@ def test_make_grade_writes_one_row_per_learner(runs, solutions_run):
     with open(run.csv) as f:
         rows = {r["learner"]: r for r in csv.DictReader(f)}
     exercises = list(solutions_run[1]["exercises"])
-    assert set(rows) == {"ada", "bo"} and list(rows["ada"])[1:-1] == exercises
+    assert set(rows) == {"ada", "bo"} and list(rows["ada"]) == ["learner", *exercises, "total", "status", "note"]
     possible = solutions_run[1]["possible"]
     assert float(rows["ada"]["5.2"]) == 1 and float(rows["ada"]["total"]) == possible - 2, rows["ada"]
-    assert float(rows["bo"]["total"]) == 0, "nothing handed in, nothing earned"
+    assert rows["ada"]["status"] == "graded" and rows["ada"]["note"] == "", rows["ada"]
+    assert float(rows["bo"]["total"]) == 0 and rows["bo"]["status"] == "graded", "nothing handed in, nothing earned"
 
 
 # ----------------------------------------------------------------------------------------------------------
