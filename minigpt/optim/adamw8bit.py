@@ -204,6 +204,7 @@ class AdamW8bit(torch.optim.Optimizer):
             if quantized:
                 quantize_(m, M_CODE, state["exp_avg_codes"][start:end], state["exp_avg_scales"][blocks])
                 quantize_(v, V_CODE, state["exp_avg_sq_codes"][start:end], state["exp_avg_sq_scales"][blocks])
+            del param, grad, m, v  # freed now, not when the next chunk's replace them: one chunk's copies at a time
 
     def load_state_dict(self, state_dict: dict) -> None:
         """torch's load, then the saved tensors put back as they were: torch would cast the codes to the
