@@ -21,7 +21,6 @@ import torch.multiprocessing as mp
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from minigpt.config import TrainConfig
-from minigpt.memory.traffic import ring_sent
 from minigpt.model import PRESETS, get_config
 from minigpt.parallel import (  # noqa: F401 - re-exported: chapters and tests import them from here
     FSDP_FP16_FUSED_ERROR,
@@ -31,6 +30,7 @@ from minigpt.parallel import (  # noqa: F401 - re-exported: chapters and tests i
     check_shard_mode,
     full_tensor,
     local_part,
+    ring_sent,
     setup,
     teardown,
     world_size,
@@ -126,7 +126,7 @@ def measure_rank_step(
     Each process takes a first step (AdamW makes its moments, FSDP sets itself up), then a second one under
     the meters. Per process: "state" (as measure_rank_state_bytes), "held" (weights and AdamW's moments: what
     stays between steps), "sent" (bytes by collective: every all-gather and reduce-scatter the step called,
-    as a ring sends them, minigpt.memory.traffic.ring_sent) and "peak": held plus the most the heap grew
+    as a ring sends them, minigpt.parallel.ring_sent) and "peak": held plus the most the heap grew
     during the step (gathered weights, activations, gradients; read from glibc's malloc after every op, so
     Linux only; None elsewhere).
     """

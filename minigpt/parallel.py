@@ -109,6 +109,18 @@ def sharded_grad_scaler(device_type: str) -> torch.amp.GradScaler:
     return ShardedGradScaler(device_type)
 
 
+# Bytes each process sends in one collective, as ring algorithms run them (Patarasuk and Yuan, 2009): for a
+# buffer of S bytes over N processes, (N-1)/N x S for an all-gather, a reduce-scatter or N broadcasts of 1/N
+# each, and twice that for an all-reduce (a reduce-scatter, then an all-gather). minigpt.memory.traffic
+# predicts with it; minigpt.distributed.measure_rank_step converts what it counted with it.
+RING_FACTOR = {"all-reduce": 2, "reduce-scatter": 1, "all-gather": 1, "broadcast": 1}
+
+
+def ring_sent(op: str, buffer_bytes: int, world: int) -> float:
+    """Bytes one process sends for one collective over a buffer of `buffer_bytes` (the whole tensor)."""
+    return RING_FACTOR[op] * (world - 1) / world * buffer_bytes
+
+
 def check_shard_mode(shard: str) -> str:
     """Return `shard` if it is one of SHARD_MODES, else raise ValueError."""
     if shard not in SHARD_MODES:

@@ -14,7 +14,7 @@ import torch
 
 from minigpt.memory.static_state import parameter_shapes
 from minigpt.model import ModelConfig
-from minigpt.parallel import check_shard_mode, fsdp_dtypes
+from minigpt.parallel import RING_FACTOR, check_shard_mode, fsdp_dtypes, ring_sent  # noqa: F401 - re-exported
 from minigpt.precision import normalize_precision
 
 # What each --shard mode runs per optimizer step, as PyTorch implements it: DDP all-reduces the gradients;
@@ -25,13 +25,7 @@ COLLECTIVES = {
     "zero1": {"all-reduce": 1, "broadcast": 1},
     "fsdp": {"all-gather": 2, "reduce-scatter": 1},
 }
-RING_FACTOR = {"all-reduce": 2, "reduce-scatter": 1, "all-gather": 1, "broadcast": 1}  # x (N-1)/N x buffer
 GRADIENT_OPS = ("all-reduce", "reduce-scatter")  # what moves gradients; the others move weights
-
-
-def ring_sent(op: str, buffer_bytes: int, world: int) -> float:
-    """Bytes one process sends for one collective over a buffer of `buffer_bytes` (the whole tensor)."""
-    return RING_FACTOR[op] * (world - 1) / world * buffer_bytes
 
 
 def element_bytes(precision: str, shard: str) -> dict[str, int]:
