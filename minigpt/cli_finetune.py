@@ -78,7 +78,8 @@ def lora_memory_note(args: argparse.Namespace) -> str | None:
     return (
         f"LoRA rank {args.lora_rank} on {args.lora_targets}, base {args.base_dtype}: gradients and optimizer state "
         "are the adapters' only, and the frozen base is unpacked one layer at a time (weight_copies). "
-        "Activations do not shrink: every layer's input is still kept, now for the adapters' backward."
+        "Activations shrink only a little: the gradient still flows back through every layer, so most of what "
+        "the forward keeps stays (a frozen layer only stops keeping its input for its weight's gradient)."
     )
 
 

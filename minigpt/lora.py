@@ -133,11 +133,11 @@ class LoRALinear(nn.Module):
         return y + F.linear(F.linear(x, self.lora_A) * self.scale, self.lora_B)
 
     @torch.no_grad()
-    def merged_weight(self) -> torch.Tensor:
-        """W + (alpha / r) * B @ A in fp32: one plain matrix that computes what base + adapter compute."""
-        w = self.unpacked_weight(torch.float32).clone()
+    def merged_weight(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """W + (alpha / r) * B @ A in `dtype`: one plain matrix that computes what base + adapter compute."""
+        w = self.unpacked_weight(dtype).clone()
         if self.rank:
-            w += self.scale * (self.lora_B.float() @ self.lora_A.float())
+            w += self.scale * (self.lora_B.to(dtype) @ self.lora_A.to(dtype))
         return w
 
     def extra_repr(self) -> str:
@@ -205,17 +205,17 @@ def load_trainable(model: nn.Module, saved: dict[str, torch.Tensor]) -> None:
             params[n].copy_(value)
 
 
-def merged_state_dict(model: GPT) -> dict[str, torch.Tensor]:
-    """A plain GPT's state dict: every LoRALinear's W + (alpha/r) B @ A as an fp32 `weight`, the rest as it is."""
+def merged_state_dict(model: GPT, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """A plain GPT's state dict: every LoRALinear's W + (alpha/r) B @ A as a `weight` in `dtype`, the rest too."""
     out = {}
     layers = dict(lora_layers(model))
     for name, value in model.state_dict().items():
         owner, _, leaf = name.rpartition(".")
         if owner in layers:
             if leaf in ("weight", "codes"):  # one entry per layer; lora_A, lora_B, scales are folded into it
-                out[f"{owner}.weight"] = layers[owner].merged_weight()
+                out[f"{owner}.weight"] = layers[owner].merged_weight(dtype)
             continue
-        out[name] = value.detach().float().clone()
+        out[name] = value.detach().to(dtype).clone()
     return out
 
 

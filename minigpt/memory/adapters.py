@@ -5,9 +5,9 @@ With the base frozen, the static state changes term by term:
     fp32 scale per block of int8/nf4), the adapters in fp32 (r x (in + out) per adapted layer), and the embedding
     and norm gains in fp32;
   - gradients and AdamW state: the adapters' only (4 + 8 bytes a trained value) instead of the whole model's.
-Activations do NOT shrink: the adapters' backward needs each adapted layer's input, and the gradient must flow
-through every frozen layer, so attention and the MLP keep what they kept. Some rows go (a frozen layer needs
-no input for its weight's gradient, a frozen norm gain no x/rms), two small ones come (x @ A^T, r wide).
+Activations shrink only a little (about a fifth on 10m): the gradient must still flow back through every
+frozen layer, so attention, SiLU and the product keep what they kept, and each adapter keeps its layer's input.
+What goes is what a weight's own gradient needed: a frozen linear's input, a frozen norm gain's x/rms.
 New are the unpacked weights: every frozen matrix is cast or dequantized for its matmul, in the forward and
 again in the backward, one layer at a time (they show as weight_copies).
 """

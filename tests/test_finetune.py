@@ -1,0 +1,148 @@
+"""--init-from, a LoRA run's checkpoint (adapters + its base's hash), resume, export, and their bad inputs."""
+
+import hashlib
+
+import pytest
+import torch
+
+from minigpt import finetune, lora
+from minigpt.cli import main
+from minigpt.config import TrainConfig
+from minigpt.data import load_tokens
+from minigpt.model import GPT, get_config
+from minigpt.run_state import load_checkpoint
+from minigpt.step import window_micro_batches
+from minigpt.train import train
+
+COMMON = dict(preset="tiny", batch=2, ctx=16, sample_tokens=0, verbose=False, eval_batches=1)
+LORA = dict(lora_rank=4, lora_targets="all", base_dtype="nf4")
+
+
+def digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory, markov_data):
+    """A finished full-training run to start from."""
+    out = tmp_path_factory.mktemp("runs") / "base"
+    train(TrainConfig(**COMMON, steps=3, lr=1e-2, out=str(out)), data=markov_data)
+    return out
+
+
+def test_init_from_starts_from_the_source_weights_with_a_fresh_optimizer(base_run, markov_data, tmp_path):
+    cfg = TrainConfig(**COMMON, steps=1, init_from=str(base_run), out=str(tmp_path / "ft"))
+    result = train(cfg, data=markov_data)
+    # step 1's loss is the source model's loss on step 1's batch: the run started from its weights
+    source = GPT(get_config("tiny"))
+    source.load_state_dict(load_checkpoint(base_run / "checkpoint.pt")["model"])
+    ((x, y),) = list(window_micro_batches(markov_data, cfg, torch.Generator().manual_seed(cfg.seed)))
+    with torch.no_grad():
+        _, loss = source(x, y)
+    assert result.losses[0] == pytest.approx(loss.item(), rel=1e-6)
+    saved = load_checkpoint(tmp_path / "ft" / "checkpoint.pt")
+    assert saved["scheduler"]["last_epoch"] == 1  # its own schedule, not the source's 3 steps
+    assert all(s["step"] == 1 for s in saved["optimizer"]["state"].values())  # AdamW starts again
+
+
+def test_a_lora_run_saves_its_adapters_and_its_bases_hash(base_run, markov_data, tmp_path):
+    train(TrainConfig(**COMMON, **LORA, steps=2, init_from=str(base_run), out=str(tmp_path / "lora")), data=markov_data)
+    saved = load_checkpoint(tmp_path / "lora" / "checkpoint.pt")
+    assert all(k.endswith(("lora_A", "lora_B")) for k in saved["model"])  # the adapters, nothing of the base
+    source = finetune.load_source(base_run)
+    assert saved["base"] == {"init_from": str(base_run.resolve()), "sha256": source.sha256}
+    assert (tmp_path / "lora" / "checkpoint.pt").stat().st_size < (base_run / "checkpoint.pt").stat().st_size / 10
+
+
+def test_a_resumed_lora_run_equals_the_straight_one(base_run, markov_data, tmp_path):
+    common = dict(**COMMON, **LORA, steps=4, lr=1e-2, init_from=str(base_run))
+    straight = train(TrainConfig(**common, out=str(tmp_path / "a")), data=markov_data)
+    part = train(TrainConfig(**common, out=str(tmp_path / "b")), data=markov_data, on_step=lambda r: r["step"] == 2)
+    assert len(part.history) == 2
+    resumed = train(TrainConfig(**common, out=str(tmp_path / "b"), resume=True), data=markov_data)
+    assert resumed.losses == straight.losses  # exactly
+    for (name, a), (_, b) in zip(straight.model.named_parameters(), resumed.model.named_parameters()):
+        assert torch.equal(a, b), name
+
+
+def test_resume_refuses_adapters_whose_base_has_changed(base_run, markov_data, tmp_path):
+    base = tmp_path / "base"
+    train(TrainConfig(**COMMON, steps=2, out=str(base)), data=markov_data)
+    common = dict(**COMMON, **LORA, steps=3, init_from=str(base), out=str(tmp_path / "lora"))
+    train(TrainConfig(**common), data=markov_data, on_step=lambda r: r["step"] == 1)
+    train(TrainConfig(**COMMON, steps=3, out=str(base), resume=True), data=markov_data)  # the base trains on
+    before = digest(tmp_path / "lora" / "checkpoint.pt")
+    with pytest.raises(ValueError, match="has changed since the adapters were trained"):
+        train(TrainConfig(**{**common, "resume": True}), data=markov_data)
+    assert digest(tmp_path / "lora" / "checkpoint.pt") == before  # nothing in the run folder is lost
+    with pytest.raises(ValueError, match="has changed"):  # and so do export and sample
+        finetune.export(tmp_path / "lora", tmp_path / "x.pt")
+
+
+@pytest.mark.parametrize("how", ["missing", "corrupt", "empty folder"])
+def test_init_from_a_run_that_is_not_there_or_broken_is_one_line(how, tmp_path, markov_data):
+    source = tmp_path / "src"
+    if how == "corrupt":
+        source.mkdir()
+        (source / "checkpoint.pt").write_bytes(b"not a checkpoint at all")
+    elif how == "empty folder":
+        source.mkdir()
+    cfg = TrainConfig(**COMMON, steps=1, init_from=str(source), out=str(tmp_path / "ft"))
+    with pytest.raises((ValueError, FileNotFoundError), match="--init-from") as err:
+        train(cfg, data=markov_data)
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "ft" / "checkpoint.pt").exists()
+
+
+def test_init_from_with_another_preset_or_tokenizer_names_both(base_run, markov_data):
+    with pytest.raises(ValueError, match="--preset 10m contradicts --init-from .* trained with --preset tiny"):
+        train(TrainConfig(**{**COMMON, "preset": "10m", "ctx": 16}, steps=1, init_from=str(base_run)), data=markov_data)
+    with pytest.raises(ValueError, match="--tokenizer gpt2 contradicts .* --tokenizer minigpt-8k"):
+        train(TrainConfig(**COMMON, tokenizer="gpt2", steps=1, init_from=str(base_run)), data=markov_data)
+
+
+def test_the_cli_takes_the_model_settings_from_the_source(base_run, tmp_path, capsys):
+    run = str(tmp_path / "cli")
+    argv = ["train", "--init-from", str(base_run), "--lora-rank", "2", "--base-dtype", "int8", "--ctx", "16"]
+    argv += ["--batch", "2", "--steps", "1", "--out", run, "--json"]
+    assert main(argv) == 0  # no --preset: tiny comes from the source run
+    saved = load_checkpoint(tmp_path / "cli" / "checkpoint.pt")
+    assert saved["train_config"]["preset"] == "tiny" and saved["train_config"]["lora_rank"] == 2
+    capsys.readouterr()
+    assert main(["train", "--init-from", str(base_run), "--preset", "10m", "--steps", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("minigpt train: error: --preset 10m contradicts") and "\n" not in err
+
+
+def test_export_merges_the_adapters_into_a_plain_checkpoint(base_run, markov_data, tmp_path, capsys):
+    run = tmp_path / "lora"
+    train(TrainConfig(**COMMON, **LORA, steps=3, lr=3e-2, init_from=str(base_run), out=str(run)), data=markov_data)
+    before = digest(run / "checkpoint.pt")
+    assert main(["export", str(run), "--out", str(tmp_path / "merged.pt")]) == 0
+    assert "merged" in capsys.readouterr().out
+    exported = load_checkpoint(tmp_path / "merged.pt")
+    adapted = finetune.model_from(load_checkpoint(run / "checkpoint.pt"), run)
+    assert set(exported["model"]) == set(GPT(get_config("tiny")).state_dict())  # a plain GPT's names
+    plain = GPT(get_config("tiny"))
+    plain.load_state_dict(exported["model"])
+    for name, value in lora.merged_state_dict(adapted).items():  # the merge test_lora.py bounds, layer by layer
+        assert torch.equal(plain.state_dict()[name], value), name
+    assert exported["train_config"]["lora_rank"] == 0 and digest(run / "checkpoint.pt") == before
+    # the export is a plain run: it starts a new one, and samples
+    assert finetune.load_source(tmp_path / "merged.pt").weights.keys() == plain.state_dict().keys()
+
+
+def test_exporting_a_run_without_adapters_says_so_and_writes_it_plain(base_run, tmp_path, capsys):
+    assert main(["export", str(base_run), "--out", str(tmp_path / "plain.pt")]) == 0
+    assert "has no adapters" in capsys.readouterr().out
+    exported, source = load_checkpoint(tmp_path / "plain.pt"), load_checkpoint(base_run / "checkpoint.pt")
+    assert all(torch.equal(exported["model"][k], v) for k, v in source["model"].items())
+    assert main(["export", str(base_run), "--out", str(base_run / "checkpoint.pt")]) == 2  # never over the run
+
+
+def test_the_recipes_corpus_has_its_own_token_cache():
+    stories, recipes = load_tokens(), load_tokens(builtin="recipes")
+    assert "builtin-recipes" in recipes.source and "recipes" not in stories.source
+    assert recipes.n_tokens != stories.n_tokens
+    with pytest.raises(ValueError, match="give one of them"):
+        TrainConfig(corpus="x.txt", builtin_corpus="recipes")
