@@ -67,7 +67,17 @@ def forward_backward(
     n_tokens, world = parallel.sum_across_processes(n_tokens), parallel.world_size()
     if n_tokens == 0:
         raise ValueError("every target in this window is IGNORE_INDEX: nothing to learn from")
-    total = None  # the window's summed loss so far
+    if len(micro_batches) > 1 and world == 1:
+        # The gradients get their memory before the first forward, where the later micro-batches need it anyway.
+        # Made by the first backward instead, they would sit among the activations it frees, the next
+        # micro-batch's activations would not fit in the gaps, and the process would grow by that much.
+        # (Every trainable parameter of the GPT takes part in each forward, so each gets a gradient regardless.)
+        for p in model.parameters():
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p)
+    # The window's summed loss so far: one tensor made before the first forward and added to in place, so no
+    # new tensor outlives a micro-batch (one would sit among the freed activations, and the heap would grow)
+    total = torch.zeros((), device=device)
     for i, (x, y) in enumerate(micro_batches):
         is_last = i == len(micro_batches) - 1
         # Under DDP or FSDP, skip the gradient all-reduce on every micro-batch but the last. no_sync must be
@@ -75,7 +85,7 @@ def forward_backward(
         sync = contextlib.nullcontext() if is_last else parallel.no_gradient_sync(model)
         with sync:
             with offload_saving(offload), autocast_context(device, precision):  # forward and loss only
-                _, summed = model(x.to(device), y.to(device), reduction="sum")
+                summed = model(x.to(device), y.to(device), reduction="sum")[1]  # the logits go at once
             # DDP (and FSDP) average over processes, so multiply back by the world size to get a global sum.
             loss = summed * world / n_tokens
             (scaler.scale(loss) if scaler is not None else loss).backward()
@@ -84,7 +94,7 @@ def forward_backward(
         # One running sum, not a list of losses (which grows with accum, one small tensor per micro-batch, and
         # keeps the heap from being reused), kept on the device: summed.item() here would make the CPU wait
         # for the GPU every micro-batch.
-        total = summed.detach() if total is None else total + summed.detach()
+        total += summed.detach()
     return parallel.sum_across_processes(total) / n_tokens
 
 
