@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from minigpt import memory
-from minigpt.budget import runtime_baseline_bytes
+from minigpt.budget import MALLOC_SETTING, runtime_baseline_bytes
 from minigpt.model import PRESETS, ModelConfig, count_params, shaped_config
 from minigpt.precision import precision_problem, probe_precision
 from minigpt.recompute import CHECKPOINTING_MODES
@@ -151,7 +151,8 @@ class BudgetPlan:
             shape += [flag, str(value)] if value != preset_value else []
         levers = self.levers.flags() if self.levers else []
         flags = [*shape, "--batch", str(self.batch), "--ctx", str(self.ctx), *levers, "--steps", str(steps)]
-        return " ".join(["minigpt", "train", *flags, "--device", device])
+        malloc = [f"{k}={v}" for k, v in MALLOC_SETTING.items()] if device == "cpu" else []
+        return " ".join([*malloc, "minigpt", "train", *flags, "--device", device])
 
     def to_dict(self) -> dict:
         return {
@@ -187,7 +188,7 @@ def predict(model: ModelConfig, batch: int, ctx: int, levers: Levers, device: st
     )
 
 
-def _seconds(model: ModelConfig, batch: int, ctx: int, levers: Levers, est, rates: dict) -> dict[str, float]:
+def predicted_seconds(model: ModelConfig, batch: int, ctx: int, levers: Levers, est, rates: dict) -> dict[str, float]:
     offloaded = getattr(est, "offloaded", 0) or 0
     return step_seconds(
         model,
@@ -239,11 +240,11 @@ def plan_for_budget(
     scored = []
     for levers in choices:
         est = predict(model, batch, ctx, levers, device_type)
-        seconds = _seconds(model, batch, ctx, levers, est, rates)
+        seconds = predicted_seconds(model, batch, ctx, levers, est, rates)
         scored.append((sum(seconds.values()), est.peak, levers, est, seconds))
     fitting = [s for s in scored if s[1] <= room]
     plan = BudgetPlan(model, ctx, batch, budget_bytes, runtime_bytes, None, None, name=name)
-    runtime_note = f"the runtime holds {runtime_bytes / MIB:,.0f} MiB before any tensor (measured)"
+    runtime_note = f"the runtime holds {runtime_bytes / MIB:,.0f} MiB before the model's tensors (measured)"
     runtime_note = runtime_note if runtime_bytes else ""
     if not fitting:
         _, peak, levers, est, seconds = min(scored, key=lambda s: s[1])

@@ -1,0 +1,124 @@
+"""The budget planner: the fastest set of levers that fits, the largest model of the family, and its command."""
+
+import shlex
+
+import pytest
+
+from minigpt.cli import build_parser, main, train_config_from_args
+from minigpt.model import count_params
+from minigpt.plan_budget import (
+    LEVER_NAMES,
+    NO_LEVERS,
+    Levers,
+    all_levers,
+    family_model,
+    largest,
+    plan_for_budget,
+    predict,
+    predicted_seconds,
+)
+
+MIB, GIB = 2**20, 2**30
+# Fixed rates and runtime so that the choices do not depend on how loaded this machine is: matmul FLOP/s per
+# precision (bf16 twice fp32, as on a CPU with bf16 instructions) and the offload path's bytes/s.
+RATES = {"fp32": 1e11, "bf16": 2e11, "fp16": 2e11, "offload": 1e9}
+RUNTIME = 350 * MIB
+CHOICES = all_levers(["fp32", "bf16", "bf16-pure"])
+
+
+def plan(model, budget, **kw):
+    return plan_for_budget(model, budget, 256, 1, "cpu", RUNTIME, RATES, CHOICES, **kw)
+
+
+def test_the_plan_is_the_fastest_set_that_fits():
+    model = family_model(8)
+    chosen = plan(model, 700 * MIB)
+    assert chosen.fits and chosen.predicted_process_bytes <= 700 * MIB
+    fitting_seconds = []  # brute force over every combination: nothing that fits is faster
+    for levers in CHOICES:
+        est = predict(model, 1, 256, levers, "cpu")
+        if RUNTIME + est.peak <= 700 * MIB:
+            fitting_seconds.append(sum(predicted_seconds(model, 1, 256, levers, est, RATES).values()))
+    assert sum(chosen.seconds.values()) == min(fitting_seconds)
+    assert chosen.breakdown.peak == predict(model, 1, 256, chosen.levers, "cpu").peak  # the estimate, unchanged
+
+
+def test_a_roomy_budget_needs_no_memory_lever_and_says_why_each_is_off():
+    chosen = plan(family_model(2), 8 * GIB)
+    assert chosen.levers.optimizer == "adamw" and not chosen.levers.offload_activations
+    assert chosen.levers.checkpointing == "none" and chosen.levers.loss_chunks == 1
+    for label in LEVER_NAMES.values():
+        assert any(label in reason for reason in chosen.reasons), label  # every lever gets its reason
+
+
+def test_a_tight_budget_turns_levers_on_and_each_is_needed_or_faster():
+    roomy, tight = plan(family_model(8), 8 * GIB), plan(family_model(8), 620 * MIB)
+    assert tight.fits and tight.breakdown.peak < roomy.breakdown.peak
+    assert sum(tight.seconds.values()) >= sum(roomy.seconds.values())  # memory is paid for in time
+    assert any("nothing fits" in r for r in tight.reasons)
+
+
+def test_the_largest_model_fits_and_the_next_does_not():
+    best = largest(2 * GIB, 256, 1, "cpu", CHOICES, RUNTIME, RATES)
+    k = best.model.n_layer
+    assert best.fits and best.predicted_process_bytes <= 2 * GIB
+    assert not plan(family_model(k + 1), 2 * GIB).fits
+
+
+def test_sixteen_gib_trains_a_billion_parameters_and_2_5x_the_naive_plan():
+    best = largest(16 * GIB, 256, 1, "cpu", CHOICES, RUNTIME, RATES)
+    naive = largest(16 * GIB, 256, 1, "cpu", [NO_LEVERS], RUNTIME, RATES)
+    n_best, n_naive = count_params(best.model), count_params(naive.model)
+    assert n_best >= 1e9 and n_best >= 2.5 * n_naive, (n_best, n_naive)
+
+
+def test_a_budget_too_small_names_the_smallest_that_works():
+    with pytest.raises(ValueError, match=r"give --budget (\d+)MiB or more") as err:
+        largest(100 * MIB, 256, 1, "cpu", CHOICES, RUNTIME, RATES)
+    smallest = int(err.value.args[0].rsplit("--budget ", 1)[1].split("MiB")[0]) * MIB
+    assert largest(smallest + MIB, 256, 1, "cpu", CHOICES, RUNTIME, RATES).fits
+
+
+def test_bf16_weights_without_master_copies_are_never_planned():
+    # without stochastic rounding they lose every update below half a bf16 step (chapter 1's lost update)
+    assert all(lv.master_weights for lv in CHOICES if lv.precision == "bf16-pure")
+
+
+def test_the_printed_command_trains_exactly_the_planned_model_and_levers():
+    chosen = plan(family_model(6), 600 * MIB)
+    words = shlex.split(chosen.command(steps=3))
+    assert words[0] == "MALLOC_MMAP_THRESHOLD_=65536"  # freed blocks go back to the OS: RSS follows the tensors
+    cfg = train_config_from_args(build_parser().parse_args(words[2:]))
+    assert cfg.model_config() == chosen.model
+    got = Levers(
+        cfg.precision,
+        cfg.master_weights,
+        cfg.optimizer,
+        cfg.optimizer_in_backward,
+        cfg.checkpointing,
+        cfg.loss_chunks,
+        cfg.offload_activations,
+    )
+    assert got == chosen.levers and (cfg.batch, cfg.ctx) == (1, 256)
+    assert predict(cfg.model_config(), cfg.batch, cfg.ctx, got, "cpu").peak == chosen.breakdown.peak
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["plan", "--budget", "8", "--largest"], "no unit"),
+        (["plan", "--largest"], "--largest needs --budget"),
+        (["plan", "--budget", "1GiB", "--table"], "leave it out"),
+        (["plan", "--budget", "1GiB", "--largest", "--preset", "10m"], "leave out --preset"),
+    ],
+)
+def test_bad_budget_flags_get_one_line(argv, says, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and "\n" not in err
+
+
+def test_a_budget_above_the_machine_warns_and_still_plans(capsys):
+    assert main(["plan", "--budget", "4096GiB", "--preset", "tiny", "--ctx", "16"]) == 0
+    out = capsys.readouterr()
+    assert "warning: --budget 4096.00 GiB is more than this machine's" in out.err and "Run it:" in out.out
