@@ -25,6 +25,7 @@ from benchmarks import (
     bench_compile,
     bench_corpus,
     bench_loop,
+    bench_lora,
     bench_memory_grid,
     bench_mfu,
     bench_precision,
@@ -43,6 +44,7 @@ BENCHMARKS = {
     "memory_grid": bench_memory_grid,
     "compile": bench_compile,
     "sharding": bench_sharding,
+    "lora": bench_lora,
 }
 
 

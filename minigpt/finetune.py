@@ -147,8 +147,8 @@ def export(run: str | Path, out: str | Path) -> tuple[Path, bool]:
     if "model_config" not in saved:
         raise ValueError(f"export {run}: the checkpoint has no model settings; is it a minigpt run?")
     out = Path(out)
-    if out.exists() and out.resolve() == checkpoint_file(run, "export").resolve():
-        raise FileExistsError(f"export --out {out} is the run's own checkpoint; choose another file")
+    if out.exists():  # never over a file: it could be a run's checkpoint
+        raise FileExistsError(f"export --out {out} already exists; choose another file name (nothing was written)")
     model = model_from(saved, run, "cpu", "export")
     adapted = has_adapters(model)
     cfg = saved["train_config"]

@@ -31,13 +31,14 @@ from minigpt.lora import describe_trainable
 from minigpt.model import GPT
 from minigpt.optim import FUSED_ADAMW_DEVICES, MasterWeights, fused_adamw_supported, make_optimizer  # noqa: F401
 from minigpt.precision import autocast_context, check_precision
-from minigpt.run_state import RunFolder, StopSignals, rng_state, set_rng_state
+from minigpt.run_state import RunFolder, StopSignals, resume_changes, rng_state, set_rng_state
 from minigpt.sampling import sample_text  # noqa: F401 - re-exported: it lived here before
 from minigpt.step import (  # noqa: F401 - forward_backward, optimizer_step: re-exported for the chapters
     DifferentModel,
     StepState,
     build_step_state,
     check_compile,
+    follow_schedule,
     forward_backward,
     gather_checkpoint,
     optimizer_step,
@@ -263,7 +264,8 @@ def train(
         state = build_step_state(cfg.model_config(), cfg, device, base)
         model = state.model
         if cfg.lora_rank:
-            say(describe_trainable(model))
+            random_base = "" if source else " (no --init-from: the frozen base is this run's random initialization)"
+            say(describe_trainable(model) + random_base)
         data_gen = torch.Generator().manual_seed(cfg.seed)
 
         result = TrainResult(cfg, model, effective_batch=cfg.batch * cfg.accum * world)
@@ -276,7 +278,11 @@ def train(
                 result.already_finished = True
                 parallel.teardown()
                 return result
+            next_lr = follow_schedule(state, cfg)  # the given --lr, --steps, --warmup-steps from here on
+            changed = resume_changes(saved["train_config"], asdict(cfg))
             say(f"resumed from {run.checkpoint} at step {start}")
+            if changed:
+                say(f"changed on resume: {', '.join(changed)}; step {start + 1} uses lr {next_lr:.3g}")
 
         def save() -> None:
             if not run:

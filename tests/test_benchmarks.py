@@ -14,6 +14,7 @@ SECTIONS = [
     "5. Gradient accumulation",
     "6. Memory prediction grid",
     "7. torch.compile",
+    "10. LoRA and QLoRA fine-tuning",
 ]
 PLOTS = [
     "loop_overhead.png",
@@ -23,6 +24,7 @@ PLOTS = [
     "accumulation.png",
     "memory_grid.png",
     "compile.png",
+    "lora.png",
 ]
 
 

@@ -91,6 +91,7 @@ def lora_activation_rows(cfg: ModelConfig, batch: int, ctx: int, w: Widths, rank
     first = _block_rows(cfg, ctx, w, rank, names, first_block=True)
     later = _block_rows(cfg, ctx, w, rank, names, first_block=False)
     outside = [("final_norm: input, fp32", 4 * cfg.n_embd, 0), ("final_norm: 1/rms", 4, 0), *loss_head_rows(cfg)]
+    outside.append(("the window's loss sum, one fp32 (made before the forward, added to after it)", 0, 4))
     groups = [
         ("first block", 1, first),
         ("each later block", cfg.n_layer - 1, later),
@@ -253,25 +254,18 @@ def lora_estimate(
     moments = {
         # at the loss (every activation, the logits and their fp32 upcast), or at the widest frozen layer's unpacking
         "forward": max(at_loss, always + block_rows + adapter_copies + unpacked),
-        # cross-entropy's two (N, V) gradients; the loss normalizer is gone
+        # cross-entropy's two (N, V) gradients; the loss normalizer and the logits (dropped by the step) are gone
         "backward: loss head": always
         + activations
         - 4
         + kept_copies
         + embedding_copy
-        + head.logits_held
         + loss
         + scalar_grads
         + max(head.loss_grads, head.logits_grad - head.saved_log_softmax),
         # the top block's backward, with every block's activations still there; the targets are still alive
-        "backward: blocks": always
-        + 8 * tokens
-        + head.logits_held
-        + loss
-        + scalar_grads
-        + kept_copies
-        + block_rows
-        + block_backward,
+        # (+ 4: the window's loss sum, an activation outside the blocks)
+        "backward: blocks": always + 8 * tokens + 4 + loss + scalar_grads + kept_copies + block_rows + block_backward,
         # AdamW's step: every gradient, clipping's norms (and, in the first step, the state AdamW makes)
         "optimizer": always + 8 * tokens + loss + static["gradients"] + clip_norms,
     }
@@ -280,7 +274,7 @@ def lora_estimate(
         gradients=static["gradients"],
         optimizer=static["optimizer"],
         activations=activations,
-        logits=head.logits_held + head.loss_grads + loss,
+        logits=max(head.logits_held + head.logits_upcast, head.loss_grads) + loss,
         # without unpacking: the final norm's five (N, C), or G and the product's three (N, H)
         activation_grads=scalar_grads + max(20 * C * tokens, w.residual * C * tokens + 3 * w.compute * H * tokens),
         weight_copies=adapter_copies + max(embedding_copy, unpacked),
