@@ -200,7 +200,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
         hardware = detect_hardware("cpu")
     ctx = args.ctx or PLAN_MODELS[args.preset].ctx
-    chosen = plan(args.preset, hardware, ctx, args.effective_batch, gpus=args.gpus, shard=args.shard)
+    chosen = plan(
+        args.preset, hardware, ctx, args.effective_batch, gpus=args.gpus, shard=args.shard, optimizer=args.optimizer
+    )
     print(json.dumps(chosen.to_dict(), indent=1, default=str) if args.json else chosen.explain())
     return 0
 
@@ -381,6 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("formats", help="the floating-point formats table")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_formats)
+    from minigpt.config import OPTIMIZERS
     from minigpt.hardware import HARDWARE
     from minigpt.parallel import SHARD_MODES
     from minigpt.plan import PLAN_MODELS
@@ -398,6 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shard", default="none", choices=list(SHARD_MODES), help="what the GPUs split (default: none)")
     p.add_argument("--ctx", type=int, help="default: the preset's maximum")
     p.add_argument("--effective-batch", type=int, default=128)
+    p.add_argument("--optimizer", default="adamw", choices=list(OPTIMIZERS), help="adamw8bit: 8-bit moments")
     p.add_argument("--table", action="store_true", help="the recommended-settings table, made by the planner")
     add_budget_flags(p)
     p.add_argument("--json", action="store_true")

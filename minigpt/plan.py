@@ -66,6 +66,7 @@ class Plan:
     breakdown: memory.MemoryBreakdown | None = None  # the estimate behind predicted_peak_bytes (per GPU)
     gpus: int = 1  # data-parallel GPUs; micro_batch and the memory are per GPU
     shard: str = "none"  # what the GPUs split: none (DDP), zero1 (AdamW's state) or fsdp (all static state)
+    optimizer: str = "adamw"  # or adamw8bit (about 2 bytes of moments a parameter instead of 8)
 
     @property
     def precision_label(self) -> str:
@@ -83,7 +84,7 @@ class Plan:
         lines = [
             f"Plan: {self.preset} at ctx {self.ctx}, effective batch {self.effective_batch}, on {on} ({size})"
             + ("" if self.fits else "  -- DOES NOT FIT"),
-            f"  precision       {self.precision_label}",
+            f"  precision       {self.precision_label}" + ("" if self.optimizer == "adamw" else f", {self.optimizer}"),
             *([f"  shard           {self.shard} over {self.gpus} GPUs"] if many else []),
             f"  micro-batch     {self.micro_batch}{per_gpu}",
             f"  accum           {self.accum}  ({self.micro_batch} x {self.accum} x {devices} = "
@@ -155,6 +156,7 @@ def plan(
     memory_bytes: int | None = None,
     gpus: int = 1,
     shard: str = "none",
+    optimizer: str = "adamw",
 ) -> Plan:
     """Choose precision, micro-batch, accumulation and checkpointing for `preset` on `hardware`.
 
@@ -181,7 +183,7 @@ def plan(
     usable = int(hw.usable_memory_bytes * (1 - headroom))
     precision, precision_reason = choose_precision(hw)
     # memory.estimate for this model, precision and kind of device (CUDA's kernels keep a little less), per GPU
-    predict = functools.partial(_predict_per_gpu, cfg, precision, hw.kind, shard, gpus)
+    predict = functools.partial(_predict_per_gpu, cfg, precision, hw.kind, shard, gpus, optimizer)
     share = "" if hw.usable_fraction == 1 else f", of which the GPU may use {hw.usable_fraction:.0%}"
     kept_for = {
         "cuda": "the CUDA context and allocator fragmentation",
@@ -193,6 +195,7 @@ def plan(
         precision_reason,
     ]
     n_params, per_param = count_params(cfg), static_bytes_per_param(precision)["total"]
+    per_param += 2 - static_bytes_per_param(precision)["optimizer"] if optimizer == "adamw8bit" else 0  # ~2: codes
     autocast_note = (
         "; autocast keeps fp32 weights, so it saves activation memory, not this" if precision != "fp32" else ""
     )
@@ -223,9 +226,11 @@ def plan(
 
     if mode is None:
         lost = _does_not_fit(preset, cfg, hw, ctx, effective_batch, precision, predict, usable, headroom, reasons)
-        return replace(
-            lost, accum=share, gpus=gpus, shard=shard, lever=_with_sharding(lost.lever, cfg, precision, usable)
-        )
+        lever = _with_sharding(lost.lever, cfg, precision, usable)
+        if optimizer == "adamw" and shard == "none":  # would 8-bit moments, a quarter of AdamW's, make it fit?
+            eight = plan(preset, hardware, ctx, effective_batch, headroom, memory_bytes, gpus, shard, "adamw8bit")
+            lever += f"; or --optimizer adamw8bit (fits: {eight.checkpointing} checkpointing)" if eight.fits else ""
+        return replace(lost, accum=share, gpus=gpus, shard=shard, lever=lever, optimizer=optimizer)
 
     micro, est = fitting[mode]
     accum = share // micro
@@ -288,14 +293,15 @@ def plan(
         est,
         gpus,
         shard,
+        optimizer,
     )
 
 
 def _predict_per_gpu(
-    cfg: ModelConfig, precision: str, kind: str, shard: str, gpus: int, batch: int, ctx: int, checkpointing: str
+    cfg: ModelConfig, precision: str, kind: str, shard: str, gpus: int, optimizer: str, batch: int, ctx: int, **mode
 ) -> memory.MemoryBreakdown:
     """memory.estimate of one GPU's step, its static state split over `gpus` as `shard` says."""
-    est = memory.estimate(cfg, batch, ctx, precision=precision, checkpointing=checkpointing, device=kind)
+    est = memory.estimate(cfg, batch, ctx, precision=precision, device=kind, optimizer=optimizer, **mode)
     return memory.sharded_estimate(est, cfg, precision, shard, gpus)
 
 

@@ -235,3 +235,16 @@ def test_no_sharding_lever_when_one_gpu_already_holds_the_static_state():
     """'--shard fsdp over at least 1 GPUs' says nothing: the lever names sharding only from 2 GPUs up."""
     p = plan("125m", "t4", 1024, 128, memory_bytes=int(2.2e9))
     assert not p.fits and "at least 1 GPUs" not in p.lever
+
+
+def test_the_planner_names_8bit_adamw_where_only_its_moments_fit_and_plans_with_it():
+    """125m on 1.8 GiB: no micro-batch and no checkpointing mode fits with AdamW's 8 bytes of moments a
+    parameter; with AdamW8bit's (about 2) micro-batch 2 does, and the lever says so."""
+    from minigpt.plan import plan
+
+    gib = 2**30
+    adamw = plan("125m", "t4", 256, 8, memory_bytes=int(1.8 * gib))
+    assert not adamw.fits and "--optimizer adamw8bit (fits" in adamw.lever
+    eight = plan("125m", "t4", 256, 8, memory_bytes=int(1.8 * gib), optimizer="adamw8bit")
+    assert eight.fits and eight.optimizer == "adamw8bit" and "adamw8bit" in eight.explain()
+    assert eight.breakdown.optimizer < adamw.breakdown.optimizer / 3
