@@ -10,7 +10,8 @@ grades.csv always gets one row per learner: their points per exercise, their tot
     graded     every exercise was graded
     timed out  an exercise ran past the exercise timeout (it scores 0; the note names it), or the learner's
                whole grading ran past --session-timeout (no grade: 0 points)
-    crashed    the grader's run ended without a grade it could read (0 points; the note says why)
+    crashed    the grader's run ended without a grade it could read, or with one that disagrees with its exit
+               status (0 points; the note says why)
 """
 
 from __future__ import annotations
@@ -69,10 +70,14 @@ def grade_one(submission: Path, table: dict[str, float], timeout_s: float, sessi
                 os.killpg(grader.pid, signal.SIGKILL)  # the grader; its workers end with it
                 grader.wait()
                 return Grade("timed out", note=f"grading ran past {session_timeout_s:g} s and was stopped: no grade")
+        if code not in (0, 1):  # pytest's "all passed" and "some failed": any other status, it did not finish
+            return Grade("crashed", note=f"the grader did not finish (exit status {code}): {_last_line(output)}")
         try:
             points, timed_out = read_grade(grade_json, table)
         except GradeFileError as error:
             return Grade("crashed", note=f"{error} (the grader's exit status {code}: {_last_line(output)})")
+    if (code == 0) != (points == table):
+        return Grade("crashed", note=f"grade.json disagrees with the grader's exit status {code}: not the grader's")
     if timed_out:
         return Grade("timed out", points, f"timed out after {timeout_s:g} s, 0 points: {', '.join(timed_out)}")
     return Grade("graded", points)
