@@ -33,6 +33,13 @@ from dataclasses import dataclass, field
 
 import torch
 
+# glibc's malloc serves blocks of at least this many bytes with their own memory map, which free() gives
+# back to the operating system at once. It raises the threshold by itself after a large block is freed
+# (up to 32 MiB), and then freed activations stay in its heap: the process's RSS would not drop. Fixing the
+# threshold (mallopt) turns that off. Other C libraries and operating systems keep their own rules.
+GLIBC_MMAP_THRESHOLD = 128 * 1024  # glibc's own starting value
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter number, from glibc's malloc.h
+
 # Smaller saved tensors stay on the device: a write and a read cost more than they weigh (torchtune's
 # activation offloading uses the same 1 KiB floor). The estimator splits the activation table with it.
 OFFLOAD_MIN_BYTES = 1024
@@ -106,6 +113,7 @@ class ActivationOffloader:
     # -- the temp folder: made on entry, removed on exit (success, error or Ctrl-C) ----------------------
     def __enter__(self) -> ActivationOffloader:
         if self.device.type != "cuda":
+            _give_freed_memory_back()
             self.folder = make_offload_folder(self.parent)
             try:
                 self._fd = os.open(os.path.join(self.folder, "activations.bin"), os.O_RDWR | os.O_CREAT, 0o600)
@@ -227,6 +235,20 @@ class ActivationOffloader:
             if got == 0:
                 raise OffloadError("--offload-activations: the temp file is shorter than what was written to it")
             done += got
+
+
+_MALLOC_FIXED = []
+
+
+def _give_freed_memory_back() -> None:
+    """On glibc, fix malloc's mmap threshold (once per process), so that freed activations leave the RSS."""
+    if _MALLOC_FIXED:
+        return
+    _MALLOC_FIXED.append(True)
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, GLIBC_MMAP_THRESHOLD)
+    except (OSError, AttributeError):  # not glibc (macOS, Windows, musl): its allocator has its own rules
+        pass
 
 
 def _storage_ref(t: torch.Tensor):
