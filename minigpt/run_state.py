@@ -178,6 +178,29 @@ RESUME_MUST_MATCH += ("lora_rank", "lora_targets", "base_dtype", "quant_block", 
 # (and the optimizer: AdamW's fp32 moments and AdamW8bit's codes are different state; with or without the
 # step in backward the state is the same, so --optimizer-in-backward may change)
 RESUME_MUST_MATCH += ("optimizer",)
+# (and AdamW's other settings, which its saved state carries and would keep, whatever the config says;
+# TrainConfig fields without a flag of their own)
+RESUME_MUST_MATCH += ("weight_decay", "betas")
+
+# What a resumed run may change and the loop applies: --lr, --steps and --warmup-steps re-plan the schedule
+# from the saved step (minigpt.step.follow_schedule), the rest is read afresh every step. Not settings at all:
+NOT_SETTINGS = ("resume", "restart", "verbose", "progress")
+
+
+def resume_changes(saved: dict, now: dict) -> list[str]:
+    """'--name A -> B' for each setting a resumed run was given differently from the saved run."""
+    return [
+        f"--{name.replace('_', '-')} {saved[name]} -> {now[name]}"
+        for name in now
+        if name in saved and name not in NOT_SETTINGS and _differ(saved[name], now[name])
+    ]
+
+
+def _differ(saved: object, now: object) -> bool:
+    """Whether two config values differ; a tuple saved in a checkpoint may come back as a list."""
+    if isinstance(saved, (list, tuple)) and isinstance(now, (list, tuple)):
+        return list(saved) != list(now)
+    return saved != now
 
 
 def resume_mismatches(saved: dict, now: dict) -> list[str]:
@@ -186,7 +209,7 @@ def resume_mismatches(saved: dict, now: dict) -> list[str]:
     return [
         f"{flag(name)}: saved {saved[name]}, given {now[name]}"
         for name in RESUME_MUST_MATCH
-        if name in saved and saved[name] != now[name]
+        if name in saved and _differ(saved[name], now[name])
     ]
 
 

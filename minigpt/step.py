@@ -192,7 +192,7 @@ def optimizer_step(state: StepState, grad_clip: float) -> tuple[torch.Tensor, fl
         scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
     clip = grad_clip if grad_clip > 0 else float("inf")
     grad_norm = parallel.full_tensor(torch.nn.utils.clip_grad_norm_(state.train_params, clip))  # FSDP: a DTensor
-    lr = state.scheduler.get_last_lr()[0]
+    lr = optimizer.param_groups[0]["lr"]  # the lr this step uses, read where AdamW reads it
     if scaler is not None:
         scale = scaler.get_scale()
         scaler.step(optimizer)  # skipped if the gradients hold inf/NaN
@@ -341,3 +341,19 @@ def restore_step(state: StepState, saved: dict) -> None:
     state.scheduler.load_state_dict(saved["scheduler"])
     if state.scaler is not None:
         state.scaler.load_state_dict(saved["scaler"])
+
+
+def follow_schedule(state: StepState, cfg: TrainConfig) -> float:
+    """After restore_step: from the saved step on, the learning rate follows `cfg`'s schedule; return the next lr.
+
+    A checkpoint holds the lr its run was using (the optimizer's) and its peak --lr (the schedule's base): a
+    resumed run would go on with those, whatever --lr or --steps it was given. This puts the given settings
+    in their place: step s then uses cfg.lr * lr_at(s, cfg), the lr a run started with these settings would
+    use at step s. (The schedule counts the steps it took; fp16 steps skipped on inf/NaN are not among them.)
+    """
+    lr = cfg.lr * lr_at(state.scheduler.last_epoch, cfg)
+    state.scheduler.base_lrs = [cfg.lr for _ in state.optimizer.param_groups]
+    for group in state.optimizer.param_groups:
+        group["initial_lr"], group["lr"] = cfg.lr, lr
+    state.scheduler._last_lr = [lr for _ in state.optimizer.param_groups]  # what get_last_lr() reports
+    return lr

@@ -81,6 +81,7 @@ class TrainResult:
             "params": self.model.num_params(),
             "effective_batch": self.effective_batch,
             "steps": len(self.history) and self.history[-1]["step"],
+            "first_train_loss": self.losses[0] if self.history else None,
             "final_train_loss": self.losses[-1] if self.history else None,
             "final_val_loss": self.val_history[-1][1] if self.val_history else None,
             "tokens_per_s": float(np.median(timed)) if timed else None,

@@ -97,3 +97,71 @@ def test_the_window_loss_is_the_mean_over_every_target(markov_data):
 
 def json_out(text: str) -> dict:
     return json.loads(text.strip().splitlines()[-1])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 2. A resume does what it says: a new --lr and more --steps re-plan the schedule from the saved step
+
+
+def lrs_used(monkeypatch) -> list[float]:
+    """The lr each optimizer step actually hands AdamW, read from its param group just before it steps."""
+    from minigpt import step as step_module
+
+    used, real = [], step_module.optimizer_step
+
+    def recording(state, grad_clip):
+        used.append(state.optimizer.param_groups[0]["lr"])
+        return real(state, grad_clip)
+
+    monkeypatch.setattr(step_module, "optimizer_step", recording)
+    return used
+
+
+RUN = dict(preset="tiny", batch=2, ctx=16, sample_tokens=0, verbose=False)
+
+
+def test_resume_with_a_new_lr_and_more_steps_uses_logs_and_reports_the_new_schedule(
+    markov_data, tmp_path, monkeypatch, capsys
+):
+    """--resume --lr 0.05 --steps 10 on a run saved at step 3 of 6 (lr 1e-3): every resumed step uses, logs and
+    reports the lr a run started with lr 0.05 and 10 steps uses at that step; the JSON config says the same."""
+    from minigpt.train import lr_at, train
+
+    out = str(tmp_path / "run")
+    train(TrainConfig(out=out, steps=6, lr=1e-3, **RUN), data=markov_data, on_step=lambda r: r["step"] == 3)
+    used = lrs_used(monkeypatch)
+    new = TrainConfig(out=out, steps=10, lr=0.05, resume=True, **{**RUN, "verbose": True})
+    resumed = train(new, data=markov_data)
+    want = [0.05 * lr_at(s, new) for s in range(3, 10)]
+    assert used == pytest.approx(want, rel=1e-12)  # used ...
+    assert [r["lr"] for r in resumed.history[3:]] == pytest.approx(want, rel=1e-12)  # ... logged ...
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [r["lr"] for r in log[3:]] == pytest.approx(want, rel=1e-12)
+    assert resumed.summary()["config"]["lr"] == 0.05 and resumed.summary()["config"]["steps"] == 10  # ... reported
+    said = capsys.readouterr().out
+    assert f"changed on resume: --steps 6 -> 10, --lr 0.001 -> 0.05; step 4 uses lr {want[0]:.3g}" in said
+
+
+def test_more_steps_on_resume_follow_the_longer_runs_schedule(markov_data, tmp_path, monkeypatch):
+    """A run of 6 steps resumed to 12 uses, from step 4 on, exactly the lrs of a run planned for 12 steps."""
+    from minigpt.train import train
+
+    out = str(tmp_path / "run")
+    train(TrainConfig(out=out, steps=6, **RUN), data=markov_data, on_step=lambda r: r["step"] == 3)
+    straight = train(TrainConfig(steps=12, **RUN), data=markov_data)
+    used = lrs_used(monkeypatch)
+    resumed = train(TrainConfig(out=out, steps=12, resume=True, **RUN), data=markov_data)
+    assert used == [r["lr"] for r in straight.history[3:]] == [r["lr"] for r in resumed.history[3:]]
+
+
+def test_resume_refuses_adamw_settings_its_saved_state_would_override(markov_data, tmp_path):
+    """weight_decay and betas live in AdamW's saved state: a resume that changes them is refused, not ignored."""
+    from minigpt.train import train
+
+    out = str(tmp_path / "run")
+    train(TrainConfig(out=out, steps=1, **RUN), data=markov_data)
+    with pytest.raises(ValueError, match="--weight-decay: saved 0.1, given 0.0"):
+        train(TrainConfig(out=out, steps=2, resume=True, weight_decay=0.0, **RUN), data=markov_data)
+    with pytest.raises(ValueError, match="--betas"):
+        train(TrainConfig(out=out, steps=2, resume=True, betas=(0.9, 0.99), **RUN), data=markov_data)
+    train(TrainConfig(out=out, steps=2, resume=True, **RUN), data=markov_data)  # the same betas: no mismatch
