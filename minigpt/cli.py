@@ -273,6 +273,7 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
     add_field_flag(p, "tokenizer", help="minigpt-8k (offline) or gpt2 (downloads)")
     add_field_flag(p, "out", help="run folder for checkpoint.pt and log.jsonl")
     add_field_flag(p, "resume", action="store_true", help="continue the run saved in --out")
+    add_field_flag(p, "restart", action="store_true", help="move the run in --out aside (OUT.old-N) and start over")
     add_init_from_flags(p, add_field_flag)
     p.add_argument("--json", action="store_true", help="print one final JSON object")
 

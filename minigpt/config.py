@@ -57,6 +57,7 @@ class TrainConfig:
     tokenizer: str = DEFAULT_TOKENIZER
     out: str | None = None  # run folder: checkpoint.pt and log.jsonl
     resume: bool = False
+    restart: bool = False  # move the run in `out` aside (to OUT.old-N; nothing is deleted) and start a new one
     device: str = "auto"
     sample_tokens: int = 60  # tokens generated at the end (0: none)
     progress: bool | None = None  # tqdm bar; None: in a terminal or a notebook, else a log line now and then
@@ -119,6 +120,10 @@ class TrainConfig:
             raise ValueError("master_weights only applies to --precision bf16-pure (the others keep fp32 weights)")
         if (self.save_every or self.resume) and not self.out:
             raise ValueError("--resume and --save-every need --out, the run folder that holds checkpoint.pt")
+        if self.out is not None and not str(self.out).strip():
+            raise ValueError("--out is empty; name the run folder, or leave --out out to save nothing")
+        if self.restart and (self.resume or not self.out):
+            raise ValueError("--restart moves the run in --out aside to start a new one: it needs --out, not --resume")
         self.betas = tuple(self.betas)
         check_finetune(self)
 

@@ -76,7 +76,8 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     except Exception as err:  # a damaged file fails in many ways (EOFError, UnpicklingError, KeyError, ...)
         raise CheckpointError(
             f"{path} is truncated, corrupt or not a minigpt checkpoint ({type(err).__name__}: "
-            f"{first_line(str(err), 100)}); delete it to start over, or point --out elsewhere"
+            f"{first_line(str(err), 100)}); pass --restart to move the run aside and start over (nothing is "
+            "deleted), or point --out elsewhere"
         ) from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path} is a PyTorch file but not a minigpt checkpoint (no '{FORMAT}' marker)")
@@ -244,11 +245,55 @@ class RunFolder:
     def check_fresh(self) -> None:
         """A new run never overwrites a saved one: raise if this folder already holds a checkpoint or a log."""
         found = [p.name for p in (self.checkpoint, self.log) if p.exists()]
-        if found:
-            raise FileExistsError(
-                f"{self.path} already holds a run ({', '.join(found)}); pass --resume to continue it, or choose "
-                "another --out (a new run never overwrites a saved one)"
+        if not found:
+            return
+        if self.checkpoint.exists():
+            ways = "pass --resume to continue it, --restart to move it aside and start over"
+        else:  # a run that stopped (diverged, killed, its checkpoint deleted) before a checkpoint was saved
+            ways = "it saved no checkpoint, so there is nothing to resume: --restart moves it aside to start over"
+        raise FileExistsError(
+            f"{self.path} already holds a run ({', '.join(found)}); {ways}, or choose another --out "
+            "(a new run never overwrites a saved one)"
+        )
+
+    def check_resumable(self) -> None:
+        """--resume needs a checkpoint: say what is there instead, and the way on (before the folder is locked,
+        so a resume that cannot work leaves no folder behind)."""
+        if self.checkpoint.is_file():
+            return
+        if not self.path.is_dir():
+            raise CheckpointError(
+                f"no checkpoint at {self.checkpoint}: there is no folder {self.path}; train without --resume to "
+                "start a run there, or check --out"
             )
+        if self.log.exists():
+            raise CheckpointError(
+                f"no checkpoint at {self.checkpoint}: the run stopped before its first save (only log.jsonl is "
+                "there), so there is nothing to resume; pass --restart instead of --resume to move it aside and "
+                "start over"
+            )
+        raise CheckpointError(f"no checkpoint at {self.checkpoint}; train without --resume to start a run there")
+
+    def move_aside(self) -> Path | None:
+        """--restart: move this run's files into a new folder beside it, OUT.old-N; return it (None: no run here).
+
+        Nothing is deleted; only the run's own files move (checkpoint.pt, log.jsonl), whatever else the folder
+        holds stays. Call it holding the lock.
+        """
+        files = [p for p in (self.checkpoint, self.log) if p.exists()]
+        if not files:
+            return None
+        base, n = self.path.resolve(), 1
+        while True:
+            aside = base.with_name(f"{base.name}.old-{n}")
+            try:
+                aside.mkdir()  # fails if it exists: two restarts never share a folder
+                break
+            except FileExistsError:
+                n += 1
+        for p in files:
+            os.replace(p, aside / p.name)
+        return aside
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:

@@ -128,7 +128,7 @@ def diverged_message(loss: float, step: int, cfg: TrainConfig, run: RunFolder | 
     if run is None:
         kept = "nothing was saved (no --out)"
     elif run.saved_step is None:
-        kept = f"nothing was saved in {run.path} yet"
+        kept = f"nothing was saved in {run.path} yet (--restart moves its log aside to start over)"
     else:
         kept = f"the last good checkpoint (step {run.saved_step}) in {run.path} is kept"
     precision = (
@@ -238,7 +238,12 @@ def train(
     with contextlib.ExitStack() as held:  # what the run holds until it returns or fails: lock, log, bar
         if run and rank == 0:  # the run folder is checked and locked before any slow work
             run.check_usable()
+            if cfg.resume:
+                run.check_resumable()  # before the lock, which makes the folder: a resume that fails leaves none
             held.enter_context(run.locked())  # a second run on this folder stops here
+            aside = run.move_aside() if cfg.restart else None
+            if aside:  # said even under --json (on stderr): files moved are worth a line
+                print(f"--restart: moved the run in {run.path} to {aside} (nothing deleted)", file=sys.stderr)
         saved = run.load(asdict(cfg), cfg.steps) if cfg.resume else None  # one that does not fit cfg stops here
         if run and not cfg.resume and rank == 0:
             run.check_fresh()

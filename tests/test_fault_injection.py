@@ -143,7 +143,7 @@ def test_damaged_checkpoint_bytes_are_caught_or_harmless(tmp_path):
         try:
             loaded = load_checkpoint(path)
         except CheckpointError as err:
-            assert "\n" not in str(err) and "delete it to start over" in str(err)
+            assert "\n" not in str(err) and "pass --restart to move the run aside" in str(err)
             counts["caught"] += 1
             continue
         if same(loaded, original):

@@ -165,3 +165,78 @@ def test_resume_refuses_adamw_settings_its_saved_state_would_override(markov_dat
     with pytest.raises(ValueError, match="--betas"):
         train(TrainConfig(out=out, steps=2, resume=True, betas=(0.9, 0.99), **RUN), data=markov_data)
     train(TrainConfig(out=out, steps=2, resume=True, **RUN), data=markov_data)  # the same betas: no mismatch
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 4. No stuck run folders: every message names a way out that works, and --restart moves a run aside
+
+
+TINY = ["train", "--preset", "tiny", "--batch", "2", "--ctx", "16", "--device", "cpu"]
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    from minigpt.cli import main
+
+    capsys.readouterr()
+    code = main([*TINY, *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_run_that_diverged_before_its_first_save_can_be_restarted(tmp_path, capsys):
+    """--lr 1e30 leaves log.jsonl and no checkpoint: a new run and --resume both point at --restart, which works
+    and keeps the old log."""
+    run = tmp_path / "run"
+    code, _, err = run_cli(capsys, "--steps", "20", "--lr", "1e30", "--out", str(run))
+    assert code == 1 and "diverged" in err and "--restart" in err
+    assert (run / "log.jsonl").exists() and not (run / "checkpoint.pt").exists()
+    old_log = (run / "log.jsonl").read_bytes()
+    code, _, err = run_cli(capsys, "--steps", "1", "--out", str(run))
+    assert code == 2 and "it saved no checkpoint" in err and "--restart" in err and "pass --resume" not in err
+    code, _, err = run_cli(capsys, "--steps", "1", "--out", str(run), "--resume")
+    assert code == 1 and "before its first save" in err and "pass --restart instead of --resume" in err
+    code, _, err = run_cli(capsys, "--steps", "1", "--out", str(run), "--restart")
+    assert code == 0 and f"moved the run in {run} to {tmp_path / 'run.old-1'} (nothing deleted)" in err
+    assert (tmp_path / "run.old-1" / "log.jsonl").read_bytes() == old_log
+    assert (run / "checkpoint.pt").exists() and len((run / "log.jsonl").read_text().splitlines()) == 1
+
+
+def test_restart_moves_a_saved_run_aside_each_time_and_never_deletes(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert run_cli(capsys, "--steps", "1", "--out", str(run))[0] == 0
+    (run / "notes.txt").write_text("mine")  # not the run's: stays where it is
+    first = (run / "checkpoint.pt").read_bytes()
+    assert run_cli(capsys, "--steps", "1", "--out", str(run), "--restart", "--seed", "1")[0] == 0
+    assert run_cli(capsys, "--steps", "1", "--out", str(run), "--restart", "--seed", "2")[0] == 0
+    assert (tmp_path / "run.old-1" / "checkpoint.pt").read_bytes() == first
+    assert sorted(p.name for p in (tmp_path / "run.old-2").iterdir()) == ["checkpoint.pt", "log.jsonl"]
+    assert (run / "notes.txt").read_text() == "mine" and (run / "checkpoint.pt").exists()
+
+
+def test_a_corrupt_checkpoint_points_at_restart_and_restart_works(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert run_cli(capsys, "--steps", "1", "--out", str(run))[0] == 0
+    (run / "checkpoint.pt").write_bytes((run / "checkpoint.pt").read_bytes()[:3000])
+    code, _, err = run_cli(capsys, "--steps", "2", "--out", str(run), "--resume")
+    assert code == 1 and "pass --restart to move the run aside" in err and "delete it" not in err
+    assert run_cli(capsys, "--steps", "1", "--out", str(run), "--restart")[0] == 0
+
+
+def test_a_failed_resume_creates_no_folder(tmp_path, capsys):
+    missing = tmp_path / "nope" / "run"
+    code, _, err = run_cli(capsys, "--steps", "1", "--out", str(missing), "--resume")
+    assert code == 1 and "there is no folder" in err and not (tmp_path / "nope").exists()
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--restart", "--resume", "--out", "x"], "--restart moves the run in --out aside"),
+        (["--restart"], "--restart moves the run in --out aside"),
+        (["--out", ""], "--out is empty"),
+        (["--out", "  "], "--out is empty"),
+    ],
+)
+def test_restart_and_out_misuse_is_one_line(flags, message, capsys):
+    code, _, err = run_cli(capsys, "--steps", "1", *flags)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1

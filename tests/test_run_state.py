@@ -80,7 +80,7 @@ def test_a_new_run_refuses_a_folder_with_only_a_log(tmp_path):
 
     run = RunFolder(tmp_path)
     run.log.write_text('{"step": 1}\n')
-    with pytest.raises(FileExistsError, match=r"already holds a run \(log.jsonl\); pass --resume"):
+    with pytest.raises(FileExistsError, match=r"already holds a run \(log.jsonl\); it saved no checkpoint.*--restart"):
         run.check_fresh()
 
 
