@@ -22,7 +22,7 @@ LORA_SHAPE = ("lora_rank", "lora_targets", "base_dtype", "quant_block", "train_n
 def add_lora_flags(p: argparse.ArgumentParser, field_flag: FieldFlag) -> None:
     """The LoRA flags that shape a step, for `minigpt train` and `minigpt memory`."""
     targets = " | ".join([*TARGET_GROUPS, ",".join(LINEARS)])
-    field_flag(p, "lora_rank", type=int, help="train rank-R adapters on a frozen model (0: train every weight)")
+    field_flag(p, "lora_rank", type=int, help="train rank-R adapters on a frozen model (default: train every weight)")
     field_flag(p, "lora_targets", help=f"{targets}; {DEFAULT_TARGETS}: attention only, as Hu et al. 2021")
     field_flag(p, "base_dtype", choices=list(BASE_DTYPES), help="LoRA: storage of the frozen block weights")
     field_flag(p, "quant_block", type=int, help="int8/nf4: values per absmax scale (0: one per output channel)")
@@ -68,6 +68,8 @@ def settings_from_source(args: argparse.Namespace) -> None:
 
 def lora_shape(args: argparse.Namespace) -> dict:
     """The LoRA settings for memory.estimate and memory.measure (none without --lora-rank)."""
+    if args.lora_rank is not None and args.lora_rank < 1:
+        raise ValueError(f"--lora-rank {args.lora_rank}: a rank is at least 1 (leave it out to train every weight)")
     return {n: getattr(args, n) for n in LORA_SHAPE} if args.lora_rank else {}
 
 

@@ -64,7 +64,7 @@ class TrainConfig:
     verbose: bool = True
     # Fine-tuning (minigpt.finetune, minigpt.lora): start from a finished run's weights; train adapters only
     init_from: str | None = None  # a finished run folder (or an exported file): its weights start this run
-    lora_rank: int = 0  # 0: train every weight; R: freeze them and train rank-R adapters
+    lora_rank: int | None = None  # None: train every weight; R >= 1: freeze them and train rank-R adapters
     lora_alpha: float = 16.0  # the adapters' output is scaled by lora_alpha / lora_rank
     lora_targets: str = "attn"  # attn | mlp | all, or a comma list of qkv, proj, gate, up, down
     base_dtype: str = "fp32"  # LoRA: how the frozen block weights are stored: fp32 | bf16 | int8 | nf4
@@ -192,7 +192,7 @@ def check_finetune(cfg: TrainConfig) -> None:
         raise ValueError(f"--corpus {cfg.corpus} and --builtin-corpus {cfg.builtin_corpus}: give one of them")
     if cfg.init_from is not None and not str(cfg.init_from).strip():
         raise ValueError("--init-from is empty; give a finished run folder")
-    if cfg.lora_rank == 0:
+    if cfg.lora_rank is None:
         lora_only = {"base_dtype": "fp32", "train_norms": False, "train_embedding": False}
         for name, default in lora_only.items():
             if getattr(cfg, name) != default:
@@ -203,7 +203,7 @@ def check_finetune(cfg: TrainConfig) -> None:
     if not 1 <= cfg.lora_rank <= width:
         raise ValueError(
             f"--lora-rank {cfg.lora_rank}: choose 1 to {width} (the {cfg.preset} layers' smallest width), "
-            "or 0 to train every weight"
+            "or leave --lora-rank out to train every weight"
         )
     if not (math.isfinite(cfg.lora_alpha) and cfg.lora_alpha > 0):
         raise ValueError(f"--lora-alpha must be positive, got {cfg.lora_alpha}")

@@ -152,7 +152,7 @@ def export(run: str | Path, out: str | Path) -> tuple[Path, bool]:
     model = model_from(saved, run, "cpu", "export")
     adapted = has_adapters(model)
     cfg = saved["train_config"]
-    plain = {**cfg, "lora_rank": 0, "base_dtype": "fp32", "train_norms": False, "train_embedding": False}
+    plain = {**cfg, "lora_rank": None, "base_dtype": "fp32", "train_norms": False, "train_embedding": False}
     snapshot = {
         "model": merged_state_dict(model) if adapted else model.state_dict(),
         "model_config": saved["model_config"],

@@ -175,6 +175,7 @@ def test_the_trained_tensors_round_trip_and_a_mismatch_is_refused():
         (lambda: adapted(base_dtype="fp8"), "unknown --base-dtype"),
         (lambda: TrainConfig(preset="tiny", lora_rank=65), "--lora-rank 65: choose 1 to 64"),
         (lambda: TrainConfig(preset="tiny", lora_rank=-1), "--lora-rank -1"),
+        (lambda: TrainConfig(preset="tiny", lora_rank=0), "--lora-rank 0: choose 1 to 64"),
         (lambda: TrainConfig(base_dtype="nf4"), "applies to LoRA only"),
         (lambda: TrainConfig(lora_rank=4, precision="bf16-pure"), "bf16-pure"),
         (lambda: TrainConfig(lora_rank=4, shard="fsdp"), "--shard fsdp"),

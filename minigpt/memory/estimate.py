@@ -324,7 +324,7 @@ def estimate(
     optimizer_in_backward: bool = False,
     loss_chunks: int = 1,
     offload_activations: bool = False,
-    lora_rank: int = 0,
+    lora_rank: int | None = None,
     lora_targets: str = "attn",
     base_dtype: str = "fp32",
     quant_block: int = 64,
