@@ -99,7 +99,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     from minigpt.model import shaped_config
 
     cfg = shaped_config(args.preset, args.n_layer, args.n_embd, args.n_head)
-    ctx = args.ctx or cfg.ctx
+    ctx = check_ctx(args.ctx) or cfg.ctx
     device = pick_device(args.device)
     precision = chosen_precision(args)
     shape = dict(
@@ -177,8 +177,16 @@ def sharded_rows(args: argparse.Namespace, cfg, precision: str) -> dict:
     return out
 
 
+def check_ctx(ctx: int | None) -> int | None:
+    """--ctx as given (None: the preset's maximum, decided by the caller); below 1 it is an error, as in train."""
+    if ctx is not None and ctx < 1:
+        raise ValueError(f"--ctx must be at least 1, got {ctx} (leave --ctx out for the preset's maximum)")
+    return ctx
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     """Choose precision, micro-batch, accumulation and checkpointing for a preset on some hardware."""
+    from minigpt.model import COURSE_PRESETS
     from minigpt.plan import PLAN_MODELS, plan, recommended_table
 
     if args.budget:  # plan for a memory budget, with every lever (minigpt/cli_budget.py)
@@ -187,8 +195,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return cmd_plan_budget(args)
     if args.largest:
         raise ValueError("--largest needs --budget (the memory to fill), e.g. --budget 16GiB or --budget auto")
-    if args.table:
-        rows = recommended_table(effective_batch=args.effective_batch)
+    if args.table:  # one row per preset x hardware, one GPU each: --preset and --ctx narrow it down
+        if args.gpus != 1 or args.shard != "none":
+            raise ValueError("--table plans one GPU per row; leave out --gpus and --shard, or drop --table")
+        presets = (args.preset,) if args.preset else COURSE_PRESETS
+        rows = recommended_table(presets, ctx=check_ctx(args.ctx), effective_batch=args.effective_batch)
         table = tabulate(rows, headers="keys", tablefmt="github")
         print(json.dumps(rows, indent=1, default=str) if args.json else table)
         return 0
@@ -199,7 +210,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         from minigpt.hardware import detect_hardware
 
         hardware = detect_hardware("cpu")
-    ctx = args.ctx or PLAN_MODELS[args.preset].ctx
+    ctx = check_ctx(args.ctx) or PLAN_MODELS[args.preset].ctx
     chosen = plan(
         args.preset, hardware, ctx, args.effective_batch, gpus=args.gpus, shard=args.shard, optimizer=args.optimizer
     )

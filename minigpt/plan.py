@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 from minigpt import memory
+from minigpt.divisors import micro_batch_candidates
 from minigpt.hardware import GIB, Hardware, choose_precision, get_hardware, gib
 from minigpt.model import COURSE_PRESETS, PRESETS, ModelConfig, count_params
 from minigpt.parallel import check_shard_mode
@@ -212,9 +213,10 @@ def plan(
             + f"; each takes {effective_batch // gpus} of the {effective_batch} sequences per step"
         )
 
-    # Micro-batches: the divisors of each GPU's share of the effective batch, so that accum is a whole number.
+    # Micro-batches: the divisors of each GPU's share (accum a whole number) up to the largest that fits anyhow.
     share = effective_batch // gpus
-    candidates = [m for m in range(1, share + 1) if share % m == 0]
+    fits = lambda b: any(predict(b, ctx, checkpointing=m).peak <= usable for m in CHECKPOINTING_MODES)  # noqa: E731
+    candidates = micro_batch_candidates(share, fits)
     fitting = {mode: _largest_micro_batch(predict, ctx, candidates, mode, usable) for mode in CHECKPOINTING_MODES}
     cost = {mode: relative_step_time(cfg, ctx, mode) for mode in CHECKPOINTING_MODES}
     if fitting["none"][0]:

@@ -240,3 +240,73 @@ def test_a_failed_resume_creates_no_folder(tmp_path, capsys):
 def test_restart_and_out_misuse_is_one_line(flags, message, capsys):
     code, _, err = run_cli(capsys, "--steps", "1", *flags)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 5. The planner takes the same time whatever the effective batch; 6. --ctx 0 is an error everywhere
+
+
+def test_micro_batch_candidates_stop_at_what_fits_and_keep_the_next_divisor():
+    from minigpt.divisors import largest_fitting, micro_batch_candidates
+
+    assert micro_batch_candidates(128, lambda b: b <= 1000) == [1, 2, 4, 8, 16, 32, 64, 128]
+    assert micro_batch_candidates(120, lambda b: b <= 7) == [1, 2, 3, 4, 5, 6, 8]  # 8: the next divisor up
+    assert micro_batch_candidates(97, lambda b: b <= 10) == [1, 97]  # a prime: 97 itself is the next one
+    assert micro_batch_candidates(12, lambda b: False) == [1]
+    tries = []
+    assert largest_fitting(lambda b: tries.append(b) or b <= 12_345, 10**14) == 12_345
+    assert len(tries) < 40  # doubling then halving: a few dozen tries, not one per number
+    with pytest.raises(ValueError, match="at least 1"):
+        micro_batch_candidates(0, lambda b: True)
+
+
+def test_plan_of_a_huge_effective_batch_takes_no_longer_than_a_small_one(capsys):
+    """`plan --effective-batch 99999999999999` used to try every divisor (hours); now the share's size does not
+    matter. Counted in calls to the memory model, which is what the time is made of."""
+    from minigpt import plan as plan_module
+
+    calls = {}
+    for batch in (128, 99_999_999_999_999, 1_000_000_007):
+        real, n = plan_module._predict_per_gpu, [0]
+
+        def counting(*args, real=real, n=n, **kwargs):
+            n[0] += 1
+            return real(*args, **kwargs)
+
+        plan_module._predict_per_gpu = counting
+        try:
+            chosen = plan_module.plan("125m", "t4", 1024, batch)
+        finally:
+            plan_module._predict_per_gpu = real
+        calls[batch] = n[0]
+        assert chosen.fits and chosen.micro_batch * chosen.accum == batch
+    assert max(calls.values()) <= 4 * calls[128] + 200, calls
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["memory", "--preset", "tiny", "--ctx", "0"],
+        ["plan", "--preset", "125m", "--ctx", "0"],
+        ["plan", "--table", "--ctx", "0"],
+        ["train", "--preset", "tiny", "--ctx", "0", "--steps", "1"],
+        ["memory", "--preset", "tiny", "--ctx", "-3"],
+    ],
+)
+def test_ctx_0_is_an_error_in_every_command(argv, capsys):
+    from minigpt.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--ctx must be at least 1, got" in err and len(err.strip().splitlines()) == 1
+
+
+def test_plan_table_honours_preset_and_ctx_and_refuses_gpus_and_shard(capsys):
+    from minigpt.cli import main
+
+    assert main(["plan", "--table", "--preset", "10m", "--ctx", "64", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["preset"] for r in rows} == {"10m"} and {r["ctx"] for r in rows} == {64}
+    for flags in (["--gpus", "2"], ["--shard", "fsdp"]):
+        assert main(["plan", "--table", *flags]) == 2
+        assert "--table plans one GPU per row" in capsys.readouterr().err
