@@ -11,7 +11,7 @@ from conftest import markov_tokens
 from minigpt import lora, memory
 from minigpt.config import TrainConfig
 from minigpt.data import TokenData
-from minigpt.memory.adapters import adapter_params, lora_static
+from minigpt.memory.adapters import adapter_params, linear_shapes, lora_static
 from minigpt.model import GPT, ModelConfig, count_params, get_config
 from minigpt.recompute import CHECKPOINTING_MODES
 from minigpt.step import build_step_state, train_step, window_micro_batches
@@ -268,3 +268,13 @@ def test_settings_the_lora_prediction_does_not_cover_are_said_so():
         memory.estimate(get_config("tiny"), 2, 32, checkpointing="full", lora_rank=4)
     with pytest.raises(ValueError, match="other levers"):
         memory.estimate(get_config("tiny"), 2, 32, optimizer="adamw8bit", lora_rank=4)
+
+
+def test_the_frozen_base_is_unpacked_one_layer_at_a_time():
+    """No full-precision copy of the base stays alive: the most unpacked bytes at any moment are one layer's
+    (its int32 NF4 indices and its fp32 values, 8 bytes a value: the widest layer's), not the model's."""
+    cfg = get_config("10m")
+    meas = measured("10m", "fp32", "nf4", "attn")
+    values = {name: out * inp for name, (out, inp) in linear_shapes(cfg).items()}
+    assert meas.weight_copies == 8 * max(values.values())
+    assert meas.weight_copies < 4 * cfg.n_layer * sum(values.values()) / 10  # a tenth of an fp32 base, here 1/20
