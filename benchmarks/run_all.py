@@ -24,6 +24,7 @@ from benchmarks import (
     bench_checkpointing,
     bench_compile,
     bench_corpus,
+    bench_largest,
     bench_loop,
     bench_lora,
     bench_memory_grid,
@@ -44,6 +45,7 @@ BENCHMARKS = {
     "memory_grid": bench_memory_grid,
     "compile": bench_compile,
     "sharding": bench_sharding,
+    "largest": bench_largest,
     "lora": bench_lora,
 }
 

@@ -118,21 +118,23 @@ import gc
 import torch
 from minigpt.config import TrainConfig
 from minigpt.step import build_step_state, train_step
-cfg = TrainConfig(preset="125m", n_layer=1, n_embd=64, n_head=1, batch=1, ctx=8, verbose=False)
+cfg = TrainConfig(preset="125m", n_layer=1, n_embd=64, n_head=1, batch=1, ctx=8, precision="{precision}", verbose=False)
 state = build_step_state(cfg.model_config(), cfg, torch.device("cpu"))
 x = torch.randint(0, cfg.model_config().vocab_size, (1, 9))
-train_step(state, [(x[:, :-1], x[:, 1:])], torch.device("cpu"), "fp32", 1.0)
+train_step(state, [(x[:, :-1], x[:, 1:])], torch.device("cpu"), cfg.precision, 1.0)
 del state, x
 gc.collect()
 """
 
 
 @functools.cache
-def runtime_baseline_bytes() -> int:
+def runtime_baseline_bytes(precision: str = "fp32") -> int:
     """Resident memory of the training runtime itself: a fresh process that imported torch and minigpt, ran one
-    step of a 1-block model and freed it (with MALLOC_SETTING).
+    step of a 1-block model in `precision` and freed it (with MALLOC_SETTING).
 
-    The first step initializes torch's kernels and thread pools, about 90 MiB here that stay for the process's
-    life whatever the model; the model's own tensors are gone again. Measured once per process.
+    The first step initializes torch's kernels and thread pools for that precision (16-bit kernels bring their
+    own), about 90 MiB here that stay for the process's life whatever the model; the model's own tensors are
+    gone again. Measured once per process and precision.
     """
-    return rss_bytes_of("import torch\nimport minigpt.train\n" + WARM_UP_STEP, env=MALLOC_SETTING)["now"]
+    code = "import torch\nimport minigpt.train\n" + WARM_UP_STEP.replace("{precision}", precision)
+    return rss_bytes_of(code, env=MALLOC_SETTING)["now"]

@@ -33,11 +33,11 @@ def plan(model, budget, **kw):
 def test_the_plan_is_the_fastest_set_that_fits():
     model = family_model(8)
     chosen = plan(model, 700 * MIB)
-    assert chosen.fits and chosen.predicted_process_bytes <= 700 * MIB
+    assert chosen.fits and chosen.predicted_process_bytes <= 0.95 * 700 * MIB  # the plan keeps its margin
     fitting_seconds = []  # brute force over every combination: nothing that fits is faster
     for levers in CHOICES:
         est = predict(model, 1, 256, levers, "cpu")
-        if RUNTIME + est.peak <= 700 * MIB:
+        if RUNTIME + est.peak <= int(0.95 * 700 * MIB):
             fitting_seconds.append(sum(predicted_seconds(model, 1, 256, levers, est, RATES).values()))
     assert sum(chosen.seconds.values()) == min(fitting_seconds)
     assert chosen.breakdown.peak == predict(model, 1, 256, chosen.levers, "cpu").peak  # the estimate, unchanged
@@ -61,7 +61,7 @@ def test_a_tight_budget_turns_levers_on_and_each_is_needed_or_faster():
 def test_the_largest_model_fits_and_the_next_does_not():
     best = largest(2 * GIB, 256, 1, "cpu", CHOICES, RUNTIME, RATES)
     k = best.model.n_layer
-    assert best.fits and best.predicted_process_bytes <= 2 * GIB
+    assert best.fits and best.predicted_process_bytes <= 0.95 * 2 * GIB
     assert not plan(family_model(k + 1), 2 * GIB).fits
 
 

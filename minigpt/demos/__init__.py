@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from minigpt.demos.floats import demo_formats
+from minigpt.demos.largest import demo_largest
 from minigpt.demos.memory_anatomy import demo_memory
 from minigpt.demos.memory_savers import demo_accumulation, demo_checkpointing
 from minigpt.demos.mixed_precision import demo_autocast, demo_scaler
@@ -31,6 +32,7 @@ DEMOS: dict[str, Callable[[Path, bool], list[Path]]] = {
     "checkpointing": demo_checkpointing,
     "plan": demo_plan,
     "sharding": demo_sharding,
+    "largest": demo_largest,
 }
 DEMO_CHOICES = (*DEMOS, "all")
 
