@@ -269,6 +269,11 @@ def plan_for_budget(
             f"{plan.levers.precision})"
         )
     plan.reasons += _why_each_lever(plan.levers, scored, fill)
+    if any(lv.precision == "bf16-pure" for lv in choices):
+        plan.reasons.append(
+            "never bf16-pure without --master-weights: with bf16 weights and no fp32 copy, every update smaller "
+            "than half a bf16 step is lost (chapter 1's lost update), and this engine has no stochastic rounding"
+        )
     return plan
 
 
