@@ -118,8 +118,10 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
             "recipes": estimate_loss(base_model, recipes, base_cfg, device),
             "stories": estimate_loss(base_model, stories, base_cfg, device),
         }
-        runs = {name: fine_tune(name, size, base, recipes, stories, Path(tmp) / str(i), device)
-                for i, name in enumerate(METHODS)}  # fmt: skip
+        runs = {
+            name: fine_tune(name, size, base, recipes, stories, Path(tmp) / str(i), device)
+            for i, name in enumerate(METHODS)
+        }
     mem = {name: memory_terms(size, METHODS[name], device) for name in METHODS}
 
     full = runs["full fine-tuning"]
@@ -140,7 +142,7 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
                 f"{r['recipes']:.3f} ({drop / full_drop:.0%} of full's drop)"
                 if full_drop > 0
                 else f"{r['recipes']:.3f}",
-                f"{r['stories']:.3f} (+{r['stories'] - start['stories']:.3f})",
+                f"{r['stories']:.3f} ({r['stories'] - start['stories']:+.3f})",
             ]
         )
         if name in MAX_STATIC:
@@ -149,21 +151,21 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
                     f"{name}: trained parameters <= 2% of the model's",
                     f"{r['trained'] / n_params:.2%}",
                     r["trained"] <= MAX_TRAINABLE * n_params,
-                )  # fmt: skip
+                )
             )
             checks.append(
                 Check(
                     f"{name}: static state <= {MAX_STATIC[name]:.0%} of full fine-tuning's (measured)",
                     f"{static_meas / full_static:.1%}",
                     static_meas <= MAX_STATIC[name] * full_static,
-                )  # fmt: skip
+                )
             )
         checks.append(
             Check(
                 f"{name}: predicted peak within 1% of the measured one",
                 f"{peak_pred / peak_meas - 1:+.3%}",
                 abs(peak_pred - peak_meas) <= 0.01 * peak_meas,
-            )  # fmt: skip
+            )
         )
     lora_drop = start["recipes"] - runs["LoRA r=8"]["recipes"]
     checks.append(
@@ -171,7 +173,7 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
             f"LoRA r=8: recipes val loss drop >= {MIN_IMPROVEMENT:.0%} of full fine-tuning's",
             f"{lora_drop:.3f} of {full_drop:.3f} ({lora_drop / full_drop:.0%})" if full_drop > 0 else "no drop",
             full_drop > 0 and lora_drop >= MIN_IMPROVEMENT * full_drop,
-        )  # fmt: skip
+        )
     )
     samples = "\n\n".join(f"{name}:\n\n```\n{r['sample'].strip()}\n```" for name, r in runs.items())
     learning_rates = ", ".join(f"{n} {m['lr']:g}" for n, m in METHODS.items())

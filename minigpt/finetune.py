@@ -94,8 +94,17 @@ def model_from(saved: dict, path: str | Path, device: torch.device | str = "cpu"
         )
     model.load_state_dict(source.weights)
     model.to(device)
-    add_adapters(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, cfg.base_dtype, cfg.quant_block,
-                 cfg.train_norms, cfg.train_embedding, cfg.seed)  # fmt: skip
+    add_adapters(
+        model,
+        cfg.lora_rank,
+        cfg.lora_alpha,
+        cfg.lora_targets,
+        cfg.base_dtype,
+        cfg.quant_block,
+        cfg.train_norms,
+        cfg.train_embedding,
+        cfg.seed,
+    )
     load_trainable(model, saved["model"])
     return model
 

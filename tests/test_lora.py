@@ -67,9 +67,9 @@ def run_steps(cfg: TrainConfig, stream: np.ndarray, base: dict | None = None) ->
     data = TokenData(stream[:4000], stream[4000:], "minigpt-8k", "markov")
     state = build_step_state(CFG, cfg, torch.device("cpu"), base)
     gen = torch.Generator().manual_seed(0)
-    losses = [train_step(state, window_micro_batches(data, cfg, gen), torch.device("cpu"), "fp32")["loss"]]
-    losses += [train_step(state, window_micro_batches(data, cfg, gen), torch.device("cpu"), "fp32")["loss"]
-               for _ in range(cfg.steps - 1)]  # fmt: skip
+    losses = []
+    for _ in range(cfg.steps):
+        losses.append(train_step(state, window_micro_batches(data, cfg, gen), torch.device("cpu"), "fp32")["loss"])
     return state.model, losses
 
 
