@@ -39,8 +39,8 @@ def update_temporaries(numel: int, optimizer: str, device: str, sixteen_bit_para
     """The most bytes one parameter tensor's update holds at once beyond the state, `numel` values.
 
     AdamW8bit, for a chunk of L values (the tensor, or CHUNK of it if it is larger): m and v dequantized
-    (4L each) and one fp32 scratch of 4L (the dequantize's |codes|, sqrt(v), or the quantize's |m|, one at
-    a time), with the 4-byte absmax of each block of the chunk; a 16-bit parameter (bf16-pure without master
+    (4L each) and sqrt(v) (4L, then the quantize's scratch), and, while a block absmax is taken, three
+    4-byte values per block (the largest, the smallest, their max); a 16-bit parameter (bf16-pure without master
     weights) adds fp32 copies of the chunk of itself and of its gradient (4L each). A tensor with fp32
     state needs only sqrt(v), 4 bytes a value (and the two copies). Fused AdamW on the CPU: the 0-dim
     tensor it wraps the step counters' "+1" in (none where the counters are on a GPU); foreach AdamW
@@ -51,7 +51,7 @@ def update_temporaries(numel: int, optimizer: str, device: str, sixteen_bit_para
         if numel < MIN_QUANTIZED:
             return (1 + copies) * 4 * numel
         chunk = min(CHUNK, numel)
-        return (3 + copies) * 4 * chunk + 4 * n_blocks(chunk)
+        return (3 + copies) * 4 * chunk + 3 * 4 * n_blocks(chunk)
     if device in FUSED_ADAMW_DEVICES:
         return 4 if device == "cpu" else 0
     return (2 if sixteen_bit_params else 4) * numel

@@ -39,11 +39,23 @@ FP32_KEYS = ("exp_avg", "exp_avg_sq")
 
 @dataclass(frozen=True)
 class PowerCode:
-    """x in [-1, 1] -> the byte round(levels * sign(x) * |x| ** (1/power)); back: sign(q) * (|q| / levels) ** power."""
+    """x in [-1, 1] -> the byte round(levels * sign(x) * |x| ** (1/power)); back: sign(q) * (|q| / levels) ** power.
+
+    The power is 1, 2 or 4: its root is one or two square roots and its power one or two squarings, which
+    every device does fast (a general pow is ten times slower on a CPU).
+    """
 
     power: int  # 1 is a linear code; larger powers give small values finer steps
     levels: int  # codes run from -levels to levels (signed) or 0 to levels
     dtype: torch.dtype  # int8 for a signed moment, uint8 for a non-negative one
+
+    def __post_init__(self) -> None:
+        if self.power not in (1, 2, 4):
+            raise ValueError(f"a PowerCode's power must be 1, 2 or 4, got {self.power}")
+
+    @property
+    def square_roots(self) -> int:
+        return self.power.bit_length() - 1  # |x| ** (1/4) = sqrt(sqrt(|x|))
 
 
 M_CODE = PowerCode(power=2, levels=127, dtype=torch.int8)  # the first moment: signed
@@ -64,12 +76,16 @@ def state_bytes(numel: int, min_quantized: int = MIN_QUANTIZED) -> int:
 
 
 def _block_absmax(x: torch.Tensor) -> torch.Tensor:
-    """The largest |value| of each block of a 1-D tensor (its last block may be partial)."""
+    """The largest |value| of each block of a 1-D tensor (its last block may be partial).
+
+    max(largest, -smallest) per block: two reductions, and no |x| tensor as large as x.
+    """
     full = x.numel() // BLOCK * BLOCK
-    parts = [torch.linalg.vector_norm(x[:full].view(-1, BLOCK), ord=math.inf, dim=1)]  # inf-norm: max |x|
-    if full < x.numel():
-        parts.append(torch.linalg.vector_norm(x[full:], ord=math.inf).reshape(1))
-    return torch.cat(parts) if len(parts) > 1 else parts[0]
+    blocks, tail = x[:full].view(-1, BLOCK), x[full:]
+    absmax = torch.maximum(blocks.amax(dim=1), blocks.amin(dim=1).neg_())
+    if tail.numel():
+        absmax = torch.cat([absmax, torch.maximum(tail.amax(), tail.amin().neg_()).reshape(1)])
+    return absmax
 
 
 def _scale_blocks_(x: torch.Tensor, per_block: torch.Tensor) -> torch.Tensor:
@@ -81,25 +97,36 @@ def _scale_blocks_(x: torch.Tensor, per_block: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def quantize_(x: torch.Tensor, code: PowerCode, codes: torch.Tensor, scales: torch.Tensor) -> None:
-    """Write the codes and block scales of the 1-D fp32 tensor x into `codes` and `scales` (x is used as scratch)."""
+def quantize_(
+    x: torch.Tensor, code: PowerCode, codes: torch.Tensor, scales: torch.Tensor, scratch: torch.Tensor | None = None
+) -> None:
+    """Write the codes and block scales of the 1-D fp32 tensor x into `codes` and `scales`.
+
+    `scratch`, a tensor like x that may be overwritten (AdamW8bit passes the update's sqrt(v)), saves a
+    temporary as large as x.
+    """
     absmax = _block_absmax(x)
     scales.copy_(absmax)
-    _scale_blocks_(x, absmax.clamp_min_(torch.finfo(torch.float32).tiny).reciprocal_())  # x / scale, in [-1, 1]
-    y = x.abs().pow_(1 / code.power).copysign_(x)
-    codes.copy_(y.mul_(code.levels).round_())  # the copy casts to the code's 8-bit integer type
+    y = torch.abs(x, out=scratch) if scratch is not None else x.abs()
+    _scale_blocks_(y, absmax.clamp_min_(torch.finfo(torch.float32).tiny).reciprocal_())  # |x| / scale, in [0, 1]
+    for _ in range(code.square_roots):
+        y.sqrt_()
+    y.mul_(code.levels).round_()
+    codes.copy_(y.copysign_(x) if code.dtype.is_signed else y)  # the copy casts to the code's integer type
 
 
 def dequantize(codes: torch.Tensor, scales: torch.Tensor, code: PowerCode) -> torch.Tensor:
     """The fp32 values that `codes` (1-D) and their block `scales` stand for."""
-    y = codes.float().div_(code.levels)
-    x = y.abs().pow_(code.power).copysign_(y)
-    return _scale_blocks_(x, scales)
+    x = codes.float().abs_()  # |q|
+    for _ in range(code.square_roots):
+        x.mul_(x)  # |q| ** power
+    _scale_blocks_(x, scales / code.levels**code.power)  # (|q| / levels) ** power * scale
+    return x.copysign_(codes) if code.dtype.is_signed else x
 
 
 def quantize(x: torch.Tensor, code: PowerCode) -> tuple[torch.Tensor, torch.Tensor]:
     """(codes, scales) of any fp32 tensor, flattened: quantize_ into new tensors, x left as it was."""
-    flat = x.detach().reshape(-1).float().clone()
+    flat = x.detach().reshape(-1).float()
     codes = torch.empty(flat.numel(), dtype=code.dtype, device=x.device)
     scales = torch.empty(n_blocks(flat.numel()), dtype=torch.float32, device=x.device)
     quantize_(flat, code, codes, scales)
@@ -116,8 +143,11 @@ def adamw_update_(
     betas: tuple[float, float],
     eps: float,
     weight_decay: float,
-) -> None:
-    """One AdamW update of fp32 tensors, in place, written as torch.optim.AdamW's for-loop version writes it."""
+) -> torch.Tensor:
+    """One AdamW update of fp32 tensors, in place, written as torch.optim.AdamW's for-loop version writes it.
+
+    Returns the tensor of sqrt(v) it divided by, which the caller may reuse as scratch.
+    """
     beta1, beta2 = betas
     param.mul_(1 - lr * weight_decay)  # decoupled weight decay
     exp_avg.lerp_(grad, 1 - beta1)  # m = beta1 m + (1 - beta1) g
@@ -125,6 +155,7 @@ def adamw_update_(
     bias_correction1, bias_correction2 = 1 - beta1**step, 1 - beta2**step  # the moments start at 0
     denom = exp_avg_sq.sqrt().div_(math.sqrt(bias_correction2)).add_(eps)
     param.addcdiv_(exp_avg, denom, value=-lr / bias_correction1)
+    return denom
 
 
 class AdamW8bit(torch.optim.Optimizer):
@@ -198,13 +229,15 @@ class AdamW8bit(torch.optim.Optimizer):
                 v = dequantize(state["exp_avg_sq_codes"][start:end], state["exp_avg_sq_scales"][blocks], V_CODE)
             else:
                 m, v = state["exp_avg"][start:end], state["exp_avg_sq"][start:end]
-            adamw_update_(param, grad, m, v, **hyper)
+            scratch = adamw_update_(param, grad, m, v, **hyper)
             if param.data_ptr() != flat_p.data_ptr() + start * flat_p.element_size():  # a 16-bit parameter
                 flat_p[start:end].copy_(param)
             if quantized:
-                quantize_(m, M_CODE, state["exp_avg_codes"][start:end], state["exp_avg_scales"][blocks])
-                quantize_(v, V_CODE, state["exp_avg_sq_codes"][start:end], state["exp_avg_sq_scales"][blocks])
-            del param, grad, m, v  # freed now, not when the next chunk's replace them: one chunk's copies at a time
+                codes, scales = state["exp_avg_codes"][start:end], state["exp_avg_scales"][blocks]
+                quantize_(m, M_CODE, codes, scales, scratch)
+                codes, scales = state["exp_avg_sq_codes"][start:end], state["exp_avg_sq_scales"][blocks]
+                quantize_(v, V_CODE, codes, scales, scratch)
+            del param, grad, m, v, scratch  # freed now, not when the next chunk's replace them
 
     def load_state_dict(self, state_dict: dict) -> None:
         """torch's load, then the saved tensors put back as they were: torch would cast the codes to the
