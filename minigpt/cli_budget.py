@@ -15,7 +15,7 @@ import torch
 from minigpt.budget import auto_budget, parse_budget, total_bytes
 from minigpt.model import PRESETS, count_params, shaped_config
 from minigpt.plan import PLAN_MODELS
-from minigpt.plan_budget import NO_LEVERS, BudgetPlan, largest, plan_for_budget
+from minigpt.plan_budget import NO_LEVERS, BudgetPlan, all_levers, largest, plan_for_budget, supported_precisions
 
 MIB, GIB = 2**20, 2**30
 
@@ -26,6 +26,7 @@ def add_budget_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--largest", action="store_true", help="with --budget: the largest model of the family that fits")
     p.add_argument("--batch", type=int, default=1, help="with --budget: the micro-batch (default: 1)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="with --budget: where it trains")
+    p.add_argument("--fine-tune", action="store_true", help="with --budget: LoRA on a frozen base is a lever too")
     p.add_argument("--n-layer", type=int, dest="n_layer", help="with --budget: the preset's shape overridden")
     p.add_argument("--n-embd", type=int, dest="n_embd")
     p.add_argument("--n-head", type=int, dest="n_head")
@@ -74,10 +75,11 @@ def cmd_plan_budget(args: argparse.Namespace) -> int:
     if args.batch < 1:
         raise ValueError(f"--batch must be at least 1, got {args.batch}")
     ctx = args.ctx or 256
+    choices = all_levers(supported_precisions(device), fine_tune=True) if args.fine_tune else None
     if args.largest:
         if args.preset or args.n_layer or args.n_embd or args.n_head:
             raise ValueError("--largest chooses the model itself: leave out --preset and the shape flags")
-        best = largest(budget, ctx, args.batch, device.type)
+        best = largest(budget, ctx, args.batch, device.type, choices=choices)
         naive = largest(budget, ctx, args.batch, device.type, choices=[NO_LEVERS])
         ratio = count_params(best.model) / count_params(naive.model)
         if args.json:
@@ -98,7 +100,9 @@ def cmd_plan_budget(args: argparse.Namespace) -> int:
         model = PLAN_MODELS[preset]
     if ctx > model.ctx:
         raise ValueError(f"--ctx {ctx} is above the model's maximum of {model.ctx}")
-    plan = plan_for_budget(model, budget, ctx, args.batch, device.type, name=preset)
+    plan = plan_for_budget(model, budget, ctx, args.batch, device.type, choices=choices, name=preset)
+    if args.fine_tune and plan.fits and plan.levers.lora_rank:
+        plan.reasons.append("fine-tuning: add --init-from RUN (the finished run whose weights are the frozen base)")
     if args.json:
         print(json.dumps({"budget": how, **plan.to_dict()}))
         return 0

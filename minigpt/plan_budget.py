@@ -44,6 +44,8 @@ class Levers:
     checkpointing: str = "none"
     loss_chunks: int = 1
     offload_activations: bool = False
+    lora_rank: int | None = None  # fine-tuning only: rank-R adapters on a frozen base (None: train every weight)
+    base_dtype: str = "fp32"  # LoRA: how the frozen base is stored
 
     def flags(self) -> list[str]:
         """The `minigpt train` flags that turn these levers on (the defaults left out)."""
@@ -55,6 +57,7 @@ class Levers:
         out += ["--checkpointing", self.checkpointing] if self.checkpointing != "none" else []
         out += ["--loss-chunks", str(self.loss_chunks)] if self.loss_chunks > 1 else []
         out += ["--offload-activations"] if self.offload_activations else []
+        out += ["--lora-rank", str(self.lora_rank), "--base-dtype", self.base_dtype] if self.lora_rank else []
         return out
 
 
@@ -66,9 +69,16 @@ def supported_precisions(device: torch.device) -> list[str]:
     return [p for p in ("fp32", "bf16", "fp16", "bf16-pure") if precision_problem(probe_precision(device, p)) is None]
 
 
-def all_levers(precisions: list[str]) -> list[Levers]:
+LORA_RANK = 8  # what the planner asks of --lora-rank when fine-tuning: Hu et al. 2021's small ranks
+
+
+def all_levers(precisions: list[str], fine_tune: bool = False) -> list[Levers]:
     """Every combination the engine can run. bf16-pure without master weights is left out: without stochastic
-    rounding it loses every update smaller than half a bf16 step (chapter 1's lost update)."""
+    rounding it loses every update smaller than half a bf16 step (chapter 1's lost update).
+
+    fine_tune: also LoRA (rank LORA_RANK) on each base dtype, with AdamW and no other lever (the combinations
+    minigpt.memory predicts: a LoRA step with checkpointing is trained, but not predicted yet).
+    """
     combos = []
     for precision, optimizer, in_backward, mode, chunks, offload in itertools.product(
         precisions, ("adamw", "adamw8bit"), (False, True), CHECKPOINTING_MODES, (1, LOSS_CHUNKS), (False, True)
@@ -76,6 +86,10 @@ def all_levers(precisions: list[str]) -> list[Levers]:
         if precision == "fp16" and in_backward:
             continue  # the GradScaler must see every gradient before any step: the engine refuses the pair
         combos.append(Levers(precision, precision == "bf16-pure", optimizer, in_backward, mode, chunks, offload))
+    if fine_tune:
+        bases = [b for b in ("fp32", "bf16", "int8", "nf4") if b != "bf16" or "bf16" in precisions]
+        for precision, base in itertools.product([p for p in precisions if p != "bf16-pure"], bases):
+            combos.append(Levers(precision, lora_rank=LORA_RANK, base_dtype=base))
     return combos
 
 
@@ -189,6 +203,8 @@ def predict(model: ModelConfig, batch: int, ctx: int, levers: Levers, device: st
         optimizer_in_backward=levers.optimizer_in_backward,
         loss_chunks=levers.loss_chunks,
         offload_activations=levers.offload_activations,
+        lora_rank=levers.lora_rank,
+        base_dtype=levers.base_dtype,
     )
 
 
@@ -205,6 +221,8 @@ def predicted_seconds(model: ModelConfig, batch: int, ctx: int, levers: Levers, 
         levers.optimizer,
         levers.loss_chunks,
         offloaded,
+        levers.base_dtype if levers.lora_rank else None,
+        est.optimizer // 8 if levers.lora_rank else None,  # LoRA: AdamW's 8 bytes per trained parameter
     )
 
 
@@ -215,6 +233,8 @@ LEVER_NAMES = {
     "checkpointing": "checkpointing",
     "loss_chunks": f"the chunked loss (--loss-chunks {LOSS_CHUNKS})",
     "offload_activations": "offloading (--offload-activations)",
+    "lora_rank": f"LoRA (--lora-rank {LORA_RANK})",
+    "base_dtype": "a frozen base in",
 }
 
 
@@ -286,7 +306,7 @@ def _why_each_lever(best: Levers, scored: list[tuple], budget: int) -> list[str]
         for other in sorted({getattr(s[2], attr) for s in scored} - {chosen}, key=str):
             alternatives = [s for s in scored if getattr(s[2], attr) == other]
             fit = [s for s in alternatives if s[1] <= budget]
-            categorical = attr in ("precision", "checkpointing")
+            categorical = attr in ("precision", "checkpointing", "base_dtype")
             what = f"{label} {other}" if categorical else label
             verb = "with" if categorical or other != getattr(NO_LEVERS, attr) else "without"
             if not fit:

@@ -44,6 +44,9 @@ def relative_step_time(cfg: ModelConfig, ctx: int, checkpointing: str) -> float:
 # writes weight, gradient and two moments once (about 20); the 8-bit AdamW also decodes and re-encodes both
 # moments block by block (about twice that).
 OPTIMIZER_FLOPS_PER_PARAM = {"adamw": 20, "adamw8bit": 40}
+# Unpacking a quantized base (int8: a scale per block; nf4: two codes a byte, a table lookup, a scale): about
+# this many fp32 FLOPs per value, per unpack. ASSUMPTION, as above.
+UNPACK_FLOPS_PER_VALUE = {"int8": 2, "nf4": 6}
 
 
 def step_seconds(
@@ -57,20 +60,26 @@ def step_seconds(
     optimizer: str = "adamw",
     loss_chunks: int = 1,
     offloaded_bytes: int = 0,
+    lora_base: str | None = None,
+    trained_params: int | None = None,
 ) -> dict[str, float]:
     """Predicted seconds of one step, by part: compute, recompute (checkpointing, chunked loss), optimizer, offload.
 
     `rates`: matmul FLOP/s per precision ("fp32", "bf16", "fp16") and disk or host bytes/s ("offload"), measured
-    on the device. The step in backward moves no work, so it costs nothing here.
+    on the device. The step in backward moves no work, so it costs nothing here. `lora_base`: LoRA on a frozen
+    base of that dtype: the frozen weights need no gradient (backward is one forward, not two), and an int8 or
+    nf4 base is unpacked in the forward and again in the backward; `trained_params` (default: all) are stepped.
     """
     flops = forward_flops_per_token(cfg, ctx)
     matmul_rate = rates["bf16" if precision == "bf16-pure" else precision]
     forward = (flops["blocks"] + flops["head"]) * tokens
     recomputed_blocks = 3 * relative_step_time(cfg, ctx, checkpointing) - 3  # in forwards of the whole model
+    passes = 2 if lora_base else 3  # forward, input gradients, and weight gradients unless the weights are frozen
+    unpack = UNPACK_FLOPS_PER_VALUE.get(lora_base, 0) * 2 * (n_params - cfg.vocab_size * cfg.n_embd)
     return {
-        "compute": 3 * forward / matmul_rate,
+        "compute": passes * forward / matmul_rate + unpack / rates["fp32"],
         "recompute": recomputed_blocks * forward / matmul_rate
         + (flops["head"] * tokens / matmul_rate if loss_chunks > 1 else 0.0),  # each chunk's logits made again
-        "optimizer": OPTIMIZER_FLOPS_PER_PARAM[optimizer] * n_params / rates["fp32"],
+        "optimizer": OPTIMIZER_FLOPS_PER_PARAM[optimizer] * (trained_params or n_params) / rates["fp32"],
         "offload": 2 * offloaded_bytes / rates["offload"] if offloaded_bytes else 0.0,  # out, then back in
     }

@@ -47,8 +47,9 @@ def test_a_roomy_budget_needs_no_memory_lever_and_says_why_each_is_off():
     chosen = plan(family_model(2), 8 * GIB)
     assert chosen.levers.optimizer == "adamw" and not chosen.levers.offload_activations
     assert chosen.levers.checkpointing == "none" and chosen.levers.loss_chunks == 1
-    for label in LEVER_NAMES.values():
-        assert any(label in reason for reason in chosen.reasons), label  # every lever gets its reason
+    for attr, label in LEVER_NAMES.items():
+        if attr not in ("lora_rank", "base_dtype"):  # LoRA is a lever of fine-tuning only
+            assert any(label in reason for reason in chosen.reasons), label  # every lever gets its reason
 
 
 def test_a_tight_budget_turns_levers_on_and_each_is_needed_or_faster():
@@ -122,3 +123,12 @@ def test_a_budget_above_the_machine_warns_and_still_plans(capsys):
     assert main(["plan", "--budget", "4096GiB", "--preset", "tiny", "--ctx", "16"]) == 0
     out = capsys.readouterr()
     assert "warning: --budget 4096.00 GiB is more than this machine's" in out.err and "Run it:" in out.out
+
+
+def test_fine_tuning_may_choose_lora_where_full_training_does_not_fit():
+    model = family_model(8)
+    full = plan(model, 520 * MIB)
+    tuned = plan_for_budget(model, 520 * MIB, 256, 1, "cpu", RUNTIME, RATES, all_levers(["fp32"], fine_tune=True))
+    assert not full.fits or full.levers.lora_rank is None
+    assert tuned.fits and tuned.levers.lora_rank == 8
+    assert "--lora-rank 8" in tuned.command() and tuned.predicted_process_bytes <= 0.95 * 520 * MIB
