@@ -26,7 +26,7 @@ MAX_GAP = 0.03  # nats: |mean val loss of AdamW8bit - mean val loss of AdamW|
 OPTIMIZERS = ("adamw", "adamw8bit")
 SIZES = {
     False: dict(preset="10m", batch=8, ctx=256, steps=300, seeds=(0, 1, 2), eval_batches=16),
-    True: dict(preset="tiny", batch=4, ctx=32, steps=20, seeds=(0, 1), eval_batches=2),
+    True: dict(preset="tiny", batch=2, ctx=32, steps=4, seeds=(0,), eval_batches=1),
 }
 
 

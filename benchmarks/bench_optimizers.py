@@ -59,18 +59,21 @@ SIZES = {
         big_steps=(1, 3),  # 125m: warm-up and timed turns (a CPU step takes tens of seconds)
         optimizer_rounds=20,
         reference_steps=30,
+        reference_preset="10m",
     ),
     True: dict(
         models=[dict(preset="tiny", batch=2, ctx=32, warmup=1, steps=2)],
         big_steps=(1, 1),
-        optimizer_rounds=3,
-        reference_steps=3,
+        optimizer_rounds=2,
+        reference_steps=2,
+        reference_preset="tiny",
     ),
     "cuda": dict(
         models=[dict(preset="10m", batch=8, ctx=256, warmup=3, steps=20), dict(preset="125m", batch=8, ctx=1024)],
         big_steps=(3, 15),
         optimizer_rounds=50,
         reference_steps=30,
+        reference_preset="10m",
     ),
 }
 
@@ -119,10 +122,11 @@ def memory_rows(model: dict, device: torch.device) -> dict[str, dict]:
     }
 
 
-def optimizer_step_times(rounds: int, device: torch.device) -> dict[str, list[float]]:
-    """Seconds of optimizer.step() alone on the 10m model's parameters: fused AdamW and AdamW8bit, taking turns
-    on the same gradients (the first round, which makes the state, untimed)."""
-    params = list(build_step_state(get_config("10m"), TrainConfig(device=str(device)), device).model.parameters())
+def optimizer_step_times(preset: str, rounds: int, device: torch.device) -> tuple[dict, dict]:
+    """Seconds of optimizer.step() alone on a model's parameters: fused AdamW and AdamW8bit (and torchao's),
+    taking turns on the same gradients (the first round, which makes the state, untimed); and their state bytes."""
+    cfg = TrainConfig(preset=preset, device=str(device))
+    params = list(build_step_state(get_config(preset), cfg, device).model.parameters())
     gen = torch.Generator().manual_seed(0)
     grads = [torch.randn(p.shape, generator=gen).to(device) * 1e-3 for p in params]
     optimizers = {}
@@ -195,18 +199,19 @@ def both_sides(pred, meas, moment: str) -> str:
 
 
 def gradient_checks(preset: str, breakdowns: dict) -> list[Check]:
-    """The step in backward frees the whole-model gradient at the end of backward and at the optimizer step
-    (more than half of AdamW's gradient term gone there, predicted and measured)."""
+    """The step in backward frees the whole-model gradient: at the optimizer step all of AdamW's gradient term is
+    gone; at the end of backward all but the embedding's (the largest single gradient, alive in its own hook).
+    Judged at 90% of that, predicted and measured."""
     base, lever, checks = breakdowns["AdamW"], breakdowns["in backward"], []
-    whole = base["predicted"].gradients
-    for moment in ("backward: embedding", "optimizer"):
+    whole, largest = base["predicted"].gradients, lever["predicted"].gradients
+    for moment, expected in (("backward: embedding", whole - largest), ("optimizer", whole)):
         gone = [base[side].moments[moment] - lever[side].moments[moment] for side in ("predicted", "measured")]
         checks.append(
             Check(
-                f"{preset} in backward: at {moment}, the gradient bytes gone (predicted, measured), of AdamW's "
-                f"{whole / MIB:,.0f} MiB",
-                f"{gone[0] / MIB:,.0f}, {gone[1] / MIB:,.0f} MiB",
-                min(gone) > 0.5 * whole,
+                f"{preset} in backward: at {moment}, the gradient bytes gone (predicted, measured) >= 90% of "
+                f"{expected / MIB:,.1f} MiB",
+                f"{gone[0] / MIB:,.1f}, {gone[1] / MIB:,.1f} MiB",
+                min(gone) >= 0.9 * expected,
             )
         )
     return checks
@@ -270,7 +275,7 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
             )
 
     print("the optimizer step alone", flush=True)
-    step_times, states = optimizer_step_times(size["optimizer_rounds"], device)
+    step_times, states = optimizer_step_times(size["reference_preset"], size["optimizer_rounds"], device)
     fused = median_spread(step_times["fused AdamW"])[0]
     step_rows = [
         [name, f"{median_spread(ts)[0] * 1000:.1f}", f"{median_spread(ts)[0] / fused:.2f}", f"{states[name] / MIB:.1f}"]
@@ -284,7 +289,7 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
             eight_ratio <= MAX_8BIT_STEP,
         )
     )
-    reference = reference_losses(size["reference_steps"], "10m" if not quick else "tiny", data, device)
+    reference = reference_losses(size["reference_steps"], size["reference_preset"], data, device)
     note = (
         "torchao is not installed (pip install torchao): the reference rows are left out."
         if "torchao AdamW8bit" not in states
@@ -309,8 +314,8 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
                     "time ratio (spread)",
                 ],
             ),
-            "The optimizer step alone, 10m's parameters (fp32), the same gradients; state: every tensor the "
-            "optimizer keeps.",
+            f"The optimizer step alone, {size['reference_preset']}'s parameters (fp32), the same gradients; state: "
+            "every tensor the optimizer keeps.",
             table(step_rows, ["optimizer", "ms/step", "x fused AdamW", "state MiB"]),
             f"Train loss after {size['reference_steps']} steps of the same batches: "
             + ", ".join(f"{k} {v:.4f}" for k, v in reference.items())

@@ -29,6 +29,8 @@ from benchmarks import (
     bench_lora,
     bench_memory_grid,
     bench_mfu,
+    bench_optimizer_quality,
+    bench_optimizers,
     bench_precision,
     bench_sharding,
 )
@@ -45,6 +47,8 @@ BENCHMARKS = {
     "memory_grid": bench_memory_grid,
     "compile": bench_compile,
     "sharding": bench_sharding,
+    "optimizers": bench_optimizers,
+    "optimizer_quality": bench_optimizer_quality,
     "largest": bench_largest,
     "lora": bench_lora,
 }

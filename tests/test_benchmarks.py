@@ -14,6 +14,8 @@ SECTIONS = [
     "5. Gradient accumulation",
     "6. Memory prediction grid",
     "7. torch.compile",
+    "9. The optimizer state and the gradients",
+    "9b. 8-bit AdamW: val loss",
     "10. LoRA and QLoRA fine-tuning",
 ]
 PLOTS = [
@@ -24,6 +26,8 @@ PLOTS = [
     "accumulation.png",
     "memory_grid.png",
     "compile.png",
+    "optimizers.png",
+    "optimizer_quality.png",
     "lora.png",
 ]
 
