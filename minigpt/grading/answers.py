@@ -48,6 +48,7 @@ PRELOAD = [  # imported once by the server the workers are forked from: what the
     "minigpt.train",
     "minigpt.grading.watch",
     "minigpt.grading.worker",
+    "minigpt.grading.warm",  # last: runs a tiny version of the exercises' work, once, before any fork
 ]
 
 

@@ -78,8 +78,8 @@ def _detach(log: str) -> None:
     os.dup2(fd, 2)
     os.close(fd)
     sys.argv = ["minigpt-grading-worker"]  # the grader's arguments (its file paths) are none of the answer's business
-    if "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(1)  # as in the grader: the exercise models are small
+    threads = os.environ.get("OMP_NUM_THREADS", "1")  # one unless asked: the exercise models are small
+    torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0 else 1)
     threading.Thread(target=_stop_with_parent, args=(os.getppid(),), daemon=True).start()
 
 
