@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import signal
 import sys
 from dataclasses import fields
@@ -308,10 +307,10 @@ def train_config_from_args(args: argparse.Namespace):
 
 
 def resume_command(argv: list[str]) -> str:
-    """The command line that continues this run: the same flags, with --resume once at the end."""
-    run_as_module = sys.argv[0].replace("\\", "/").endswith("minigpt/__main__.py")  # python -m minigpt
-    program = "python -m minigpt" if run_as_module else "minigpt"
-    return shlex.join([*program.split(), *(a for a in argv if a != "--resume"), "--resume"])
+    """The command line that continues this run: the same launch (torchrun too) and flags, with --resume once."""
+    from minigpt.run_messages import resume_command
+
+    return resume_command(argv)
 
 
 def train_warnings(cfg) -> list[str]:
@@ -346,6 +345,8 @@ def train_warnings(cfg) -> list[str]:
                 f"without it, {kept / 2**20:,.1f} MiB with it) but recomputes: --checkpointing none is faster"
             )
     world = int(os.environ.get("WORLD_SIZE", "1"))  # set by torchrun
+    if world == 1 and cfg.shard != "none" and not cfg.verbose:  # verbose: train() says it on stdout
+        notes.append(f"--shard {cfg.shard} with one process: nothing to split, so it trains as --shard none")
     if world > 1 and cfg.accum > 1:
         notes.append(
             f"effective batch = {cfg.batch} (batch) x {cfg.accum} (accum) x {world} (processes) = "
@@ -360,18 +361,23 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     settings_from_source(args)  # --init-from: preset, tokenizer and ctx from the source run
     cfg = train_config_from_args(args)
-    for note in train_warnings(cfg):
+    from minigpt.run_messages import speaks  # under torchrun, process 0 alone prints
+    from minigpt.run_state import StopSignals
+
+    for note in train_warnings(cfg) if speaks() else []:
         print(f"minigpt train: warning: {note}", file=sys.stderr)
     result = train(cfg)
-    if args.json:
-        print(json.dumps(result.summary(), default=str))
-    elif result.sample:
-        print(f"\nsample:\n{result.sample}")
-    if not result.interrupted:
-        return 0
-    steps = len(result.history)
-    then = f"resume with: {resume_command(args.argv)}" if cfg.out else "nothing saved (no --out to resume from)"
-    print(f"interrupted at step {steps}; {then}", file=sys.stderr)
+    with StopSignals():  # a signal now, the run complete, must not turn its printed result into a failure
+        if args.json and speaks():
+            print(json.dumps(result.summary(), default=str), flush=True)
+        elif result.sample and speaks():
+            print(f"\nsample:\n{result.sample}", flush=True)
+        if not result.interrupted:
+            return 0
+        steps = len(result.history)
+        then = f"resume with: {resume_command(args.argv)}" if cfg.out else "nothing saved (no --out to resume from)"
+        if speaks():
+            print(f"interrupted at step {steps}; {then}", file=sys.stderr)
     return 128 + signal.Signals[result.interrupted].value  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
 
 
@@ -380,7 +386,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     from minigpt.demos import run_demo
 
-    return run_demo(args.name, Path(args.out), quick=args.quick)
+    out = Path(args.out)  # checked before any demo runs: a demo can take minutes
+    existing = next((p for p in (out, *out.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        where = "" if existing == out else f" (its parent {existing} is a file)"
+        raise NotADirectoryError(f"--out {out} is not a folder{where}; choose a folder for the figures")
+    return run_demo(args.name, out, quick=args.quick)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -456,7 +467,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:
         if os.environ.get("MINIGPT_DEBUG"):  # for developers: the full traceback
             raise
-        print(f"minigpt {args.command}: error: {error_line(err)}", file=sys.stderr)
+        from minigpt.run_messages import speaks  # under torchrun: one line, from the process it happened to
+
+        if speaks(err, usage_error=isinstance(err, USAGE_ERRORS)):
+            print(f"minigpt {args.command}: error: {error_line(err)}", file=sys.stderr)
         return 2 if isinstance(err, USAGE_ERRORS) else 1
 
 

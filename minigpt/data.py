@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,8 +66,13 @@ def tokenize_to_cache(corpus: str | Path, tokenizer: str = DEFAULT_TOKENIZER, ca
     base = (cache or default_cache_dir()) / "tokens" / f"{corpus.stem}-{digest}-{tokenizer}"
     bin_path, meta_path = base.with_suffix(".bin"), base.with_suffix(".json")
     if meta_path.exists() and bin_path.exists():
-        meta = json.loads(meta_path.read_text())
-        if meta.get("version") == CACHE_VERSION and bin_path.stat().st_size == 2 * meta["n_tokens"]:
+        try:
+            meta = json.loads(meta_path.read_text())
+            complete = meta.get("version") == CACHE_VERSION and bin_path.stat().st_size == 2 * meta["n_tokens"]
+        except (ValueError, KeyError, TypeError, AttributeError) as err:  # not JSON, not UTF-8, not our fields
+            print(f"warning: the token cache {meta_path} is unreadable ({err}); rebuilding it", file=sys.stderr)
+            complete = False
+        if complete:
             return bin_path
     ids = np.concatenate([np.asarray(c, dtype=np.uint16) for c in enc.encode_ordinary_batch(list(_chunks(text)))])
     write_atomically(bin_path, lambda f: f.write(ids.tobytes()))
