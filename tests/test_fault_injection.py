@@ -260,3 +260,36 @@ def test_real_processes_exit_with_the_code_and_one_line(flags, code, message):
     )
     assert done.returncode == code and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and message in done.stderr
+
+
+@posix_only
+def test_kill_9_during_a_save_of_a_real_run_then_resume_reaches_the_straight_runs_losses(tmp_path):
+    """A real tiny `minigpt train --save-every 1`, killed with SIGKILL while a checkpoint is being written (a
+    checkpoint.pt.*.tmp is on disk), resumes with --resume from the last whole checkpoint and ends with exactly
+    the losses and weights of the uninterrupted run."""
+    steps = 40
+    flags = ["train", "--preset", "tiny", "--batch", "2", "--ctx", "32", "--steps", str(steps), "--dropout", "0.1"]
+    flags += ["--save-every", "1", "--device", "cpu"]
+    straight = minigpt(*flags, "--out", str(tmp_path / "straight"))
+    run = tmp_path / "cut"
+    proc = minigpt(*flags, "--out", str(run))
+    mid_save, deadline = False, time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (run / "checkpoint.pt").exists() and list(run.glob("checkpoint.pt.*.tmp")):
+            proc.kill()  # SIGKILL: no handler, no cleanup, a half-written temp file left behind
+            mid_save = True
+            break
+    proc.communicate(timeout=60)
+    assert mid_save and proc.returncode == -signal.SIGKILL, "the run ended before a save could be caught"
+    saved = load_checkpoint(run / "checkpoint.pt")["step"]  # the last whole save: it loads
+    assert 1 <= saved < steps
+    resumed = minigpt(*flags, "--out", str(run), "--resume")
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0 and straight.wait(timeout=300) == 0, err[-2000:]
+    want, got = log_records(tmp_path / "straight"), log_records(run)
+    final = load_checkpoint(run / "checkpoint.pt")["model"]
+    reference = load_checkpoint(tmp_path / "straight" / "checkpoint.pt")["model"]
+    print(f"kill -9 during a save: killed after step {saved}'s checkpoint, resumed to step {steps}")
+    assert [r["loss"] for r in got] == [r["loss"] for r in want] and len(got) == steps
+    assert all(torch.equal(final[k], reference[k]) for k in reference)
+    assert not list(run.glob("*.tmp"))  # the resumed run removed the killed save's temp file
