@@ -340,17 +340,20 @@ def train(
                 if stop or result.interrupted:
                     break
 
-    if fsdp:  # every process gets the whole trained model back, for sampling and for the caller
-        result.model = unsharded_model(model, cfg, device)
-    if cfg.sample_tokens and rank == 0 and not result.interrupted:
-        result.sample = sample_text(result.model, cfg.tokenizer, cfg.sample_tokens, device, seed=cfg.seed)
-    parallel.teardown()
-    if result.history and not result.interrupted:
-        s = result.summary()
-        say(
-            f"done: {s['steps']} steps, train loss {s['final_train_loss']:.3f}, val loss "
-            f"{s['final_val_loss'] or float('nan'):.3f}, {s['tokens_per_s']:,.0f} tokens/s"
-        )
+    # The steps are done and saved: a signal now (while sampling, say) must not turn the run into a failure. It is
+    # noted and let be; a second one stops at once (KeyboardInterrupt), as during the steps.
+    with StopSignals():
+        if fsdp:  # every process gets the whole trained model back, for sampling and for the caller
+            result.model = unsharded_model(model, cfg, device)
+        if cfg.sample_tokens and rank == 0 and not result.interrupted:
+            result.sample = sample_text(result.model, cfg.tokenizer, cfg.sample_tokens, device, seed=cfg.seed)
+        parallel.teardown()
+        if result.history and not result.interrupted:
+            s = result.summary()
+            say(
+                f"done: {s['steps']} steps, train loss {s['final_train_loss']:.3f}, val loss "
+                f"{s['final_val_loss'] or float('nan'):.3f}, {s['tokens_per_s']:,.0f} tokens/s"
+            )
     return result
 
 

@@ -310,3 +310,78 @@ def test_plan_table_honours_preset_and_ctx_and_refuses_gpus_and_shard(capsys):
     for flags in (["--gpus", "2"], ["--shard", "fsdp"]):
         assert main(["plan", "--table", *flags]) == 2
         assert "--table plans one GPU per row" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 3 (the parts that need no torchrun) and 7. Smaller cases
+
+
+def test_the_resume_hint_names_the_torchrun_launch(monkeypatch):
+    from minigpt.run_messages import resume_command, speaks
+
+    argv = ["train", "--preset", "tiny", "--out", "run dir", "--restart"]
+    monkeypatch.setattr("sys.argv", ["/x/minigpt/__main__.py"])
+    assert resume_command(argv) == "python -m minigpt train --preset tiny --out 'run dir' --resume"
+    for name, value in {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "x"}.items():
+        monkeypatch.setenv(name, value)
+    assert resume_command(argv) == (
+        "torchrun --nproc_per_node 2 --nnodes 2 -m minigpt train --preset tiny --out 'run dir' --resume"
+    )
+    assert not speaks() and not speaks(ValueError("bad flag"), usage_error=True)  # process 0 says those
+    assert speaks(RuntimeError("CUDA out of memory"))  # may be this process's alone
+    assert not speaks(RuntimeError("[pair.cc:553] Connection closed by peer [127.0.0.1]:5"))  # a peer's echo
+
+
+def test_an_unreadable_token_cache_is_named_and_rebuilt(tmp_path, capsys):
+    from minigpt.data import load_tokens
+
+    corpus = tmp_path / "text.txt"
+    corpus.write_text(" ".join(f"word{i % 97} and more" for i in range(3000)))
+    first = load_tokens(corpus, cache=tmp_path / "cache")
+    (meta,) = (tmp_path / "cache" / "tokens").glob("*.json")
+    for damage in ("", "{not json", "[1, 2]", '{"version": 1}'):
+        meta.write_text(damage)
+        again = load_tokens(corpus, cache=tmp_path / "cache")
+        err = capsys.readouterr().err
+        assert f"the token cache {meta} is unreadable" in err and "rebuilding it" in err
+        assert (again.train == first.train).all() and json.loads(meta.read_text())["n_tokens"] == first.n_tokens
+    load_tokens(corpus, cache=tmp_path / "cache")
+    assert capsys.readouterr().err == ""  # rebuilt: read as it is from now on
+
+
+def test_demo_out_that_is_a_file_fails_before_any_demo_runs(tmp_path, capsys):
+    from minigpt.cli import main
+
+    (tmp_path / "a_file").write_text("x")
+    for out in (tmp_path / "a_file", tmp_path / "a_file" / "sub"):
+        assert main(["demo", "all", "--out", str(out)]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and "is not a folder" in captured.err  # no demo printed a line first
+
+
+def test_a_signal_after_a_completed_run_does_not_fail_it(monkeypatch, capsys):
+    """SIGINT while the finished run prints its JSON: the run is complete, the JSON stands, the exit code is 0."""
+    import os
+    import signal
+
+    from minigpt import train as train_module
+    from minigpt.cli import main
+
+    real = train_module.TrainResult.summary
+
+    def summary_then_signal(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        return real(self)
+
+    monkeypatch.setattr(train_module.TrainResult, "summary", summary_then_signal)
+    assert main([*TINY, "--steps", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["steps"] == 1
+
+
+def test_shard_without_torchrun_is_said_even_under_json(capsys):
+    from minigpt.cli import main
+
+    assert main([*TINY, "--steps", "1", "--shard", "zero1", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "warning: --shard zero1 with one process: nothing to split" in captured.err
+    assert json.loads(captured.out)["config"]["shard"] == "zero1"
