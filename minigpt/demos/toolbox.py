@@ -1,0 +1,105 @@
+"""Demo `toolbox` (chapter 9): the levers beyond mixed precision, each measured on a real step next to its prediction.
+
+With a 16-bit autocast and per-block checkpointing already on, one step is measured (minigpt.memory.measure)
+and predicted (minigpt.memory.estimate) with each of the chunked loss, 8-bit AdamW, the optimizer step in
+backward and activation offloading, then all four; and the second moment of a few AdamW steps is stored with a
+linear and with AdamW8bit's power code, to show why the code must be non-linear.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from minigpt import memory
+from minigpt.course import chapter_settings
+from minigpt.data import load_tokens
+from minigpt.demos.common import conclude, pyplot, save_figure, show_table
+from minigpt.model import GPT, ModelConfig, count_params
+from minigpt.optim import adamw8bit
+
+MIB = 2**20
+LEVERS = {  # each lever alone on top of autocast and checkpointing, then all four
+    "earlier levers": {},
+    "+ chunked loss": {"loss_chunks": 8},
+    "+ 8-bit AdamW": {"optimizer": "adamw8bit"},
+    "+ step in backward": {"optimizer_in_backward": True},
+    "+ offloading": {"offload_activations": True},
+}
+LEVERS["all four"] = {k: v for extra in LEVERS.values() for k, v in extra.items()}
+
+
+def _sizes(quick: bool) -> tuple[ModelConfig, int, int]:
+    """A narrow model with the course's 8192-token vocabulary (the head is then a large share), batch, ctx."""
+    if quick:
+        return ModelConfig(n_layer=2, n_head=2, n_embd=64, ctx=64), 1, 64
+    return ModelConfig(n_layer=4, n_head=4, n_embd=256, ctx=128), 4, 128
+
+
+def _second_moment(cfg: ModelConfig, steps: int) -> torch.Tensor:
+    """The embedding's exp_avg_sq after a few AdamW steps on the built-in stories."""
+    data, model = load_tokens(), GPT(cfg, seed=0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for step in range(steps):
+        x, y = data.get_batch("train", 2, min(cfg.ctx, 64), torch.Generator().manual_seed(step))
+        model(x, y)[1].backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return optimizer.state[model.tok_emb.weight]["exp_avg_sq"].flatten()
+
+
+def demo_toolbox(out: Path, quick: bool = False) -> list[Path]:
+    """Chunked loss, 8-bit AdamW, the step in backward and offloading: each term measured and predicted."""
+    settings = chapter_settings("small")
+    device = settings.device
+    precision = settings.precision if settings.precision != "fp16" else "fp32"  # the step in backward refuses fp16
+    cfg, batch, ctx = _sizes(quick)
+    earlier = dict(precision=precision, checkpointing="full")
+    print(
+        f"{count_params(cfg) / 1e6:.1f}M parameters (vocabulary {cfg.vocab_size}), batch {batch} x ctx {ctx}, "
+        f"{precision} autocast and per-block checkpointing, on {device}\n"
+    )
+    measured = {n: memory.measure(cfg, batch, ctx, **earlier, **x, device=device) for n, x in LEVERS.items()}
+    predicted = {n: memory.estimate(cfg, batch, ctx, **earlier, **x, device=device.type) for n, x in LEVERS.items()}
+    rows = [
+        {"levers": name}
+        | {f"{t} MiB": round(getattr(m, t) / MIB, 2) for t in ("gradients", "optimizer", "activations", "logits")}
+        | {"peak measured MiB": round(m.peak / MIB, 2), "peak predicted MiB": round(predicted[name].peak / MIB, 2)}
+        for name, m in measured.items()
+    ]
+    show_table("One step, each lever on top of the earlier ones (measured)", rows)
+
+    v = _second_moment(cfg, 3 if quick else 5)
+    codes = {"linear": adamw8bit.LINEAR_CODE, "power 4": adamw8bit.V_CODE}
+    zeroed = {
+        name: (((adamw8bit.dequantize(*adamw8bit.quantize(v, code), code) == 0) & (v > 0)).float().mean().item())
+        for name, code in codes.items()
+    }
+    show_table(
+        "The embedding's second moment in 8 bits (blocks of 256)",
+        [{"code": name, "non-zero v stored as 0": f"{share:.1%}"} for name, share in zeroed.items()],
+    )
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    names = list(LEVERS)
+    ax.barh(names, [measured[n].peak / MIB for n in names], color="C0", label="measured")
+    ax.scatter([predicted[n].peak / MIB for n in names], names, color="C3", zorder=3, label="predicted")
+    ax.invert_yaxis()
+    ax.set_xlabel("peak of one step (MiB)")
+    ax.set_title("The levers beyond mixed precision")
+    ax.legend(loc="lower right")
+    figures = [save_figure(fig, out, "toolbox_levers.png")]
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    ax.bar(list(zeroed), [100 * s for s in zeroed.values()], color=["C3", "C0"])
+    ax.set_ylabel("non-zero v stored as 0 (%)")
+    ax.set_title("A second moment in 8 bits")
+    figures.append(save_figure(fig, out, "toolbox_codes.png"))
+    base, best = measured["earlier levers"].peak, measured["all four"].peak
+    conclude(
+        f"the four levers take the measured peak from {base / MIB:.1f} to {best / MIB:.1f} MiB "
+        f"({best / base:.0%}); a linear 8-bit code stores {zeroed['linear']:.0%} of the second moment as 0, "
+        f"the power code {zeroed['power 4']:.1%}."
+    )
+    return figures
