@@ -21,6 +21,7 @@ FIGURES = {
     "checkpointing": ["checkpointing.png"],
     "plan": ["plan.png"],
     "sharding": ["sharding.png"],
+    "toolbox": ["toolbox_levers.png", "toolbox_codes.png"],
     "largest": ["largest.png"],
 }
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

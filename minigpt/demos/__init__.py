@@ -19,6 +19,7 @@ from minigpt.demos.memory_savers import demo_accumulation, demo_checkpointing
 from minigpt.demos.mixed_precision import demo_autocast, demo_scaler
 from minigpt.demos.planning import demo_plan
 from minigpt.demos.sharding import demo_sharding
+from minigpt.demos.toolbox import demo_toolbox
 from minigpt.demos.training import demo_train
 
 # name on the command line -> demo, in the order `minigpt demo all` runs them
@@ -32,6 +33,7 @@ DEMOS: dict[str, Callable[[Path, bool], list[Path]]] = {
     "checkpointing": demo_checkpointing,
     "plan": demo_plan,
     "sharding": demo_sharding,
+    "toolbox": demo_toolbox,
     "largest": demo_largest,
 }
 DEMO_CHOICES = (*DEMOS, "all")
