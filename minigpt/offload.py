@@ -109,6 +109,7 @@ class ActivationOffloader:
         self.peak_offloaded_bytes = 0  # the most there were at once
         self.enabled = True  # for measure(): the same switch as SavedTensorMeter's (always on here)
         self.on_load = None  # for measure(): called with each storage read back, right after it is made
+        self.on_store = None  # for measure(): called with each storage written out, before the device frees it
 
     # -- the temp folder: made on entry, removed on exit (success, error or Ctrl-C) ----------------------
     def __enter__(self) -> ActivationOffloader:
@@ -190,6 +191,8 @@ class ActivationOffloader:
         storage = t.untyped_storage()
         n = storage.nbytes()
         stored = _Stored(nbytes=n, source=_storage_ref(t))
+        if self.on_store is not None:
+            self.on_store(storage)
         if self.device.type == "cuda":
             stored.host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
             stored.host.copy_(_bytes_of(storage, self.device), non_blocking=True)  # ordered on this stream

@@ -103,7 +103,7 @@ def _recomputed(cfg: ModelConfig, batch: int, ctx: int, w: Widths, mode: str, de
 class _Transients:
     """The short-lived buffers of one step, in bytes, each named for what it holds."""
 
-    logits_held: int  # the (N, V) logits in the compute dtype: the loop holds them until backward ends
+    logits_held: int  # what the loop holds of the logits through backward: none (step.forward_backward drops them)
     logits_upcast: int  # autocast: cross-entropy's fp32 copy of the 16-bit logits, in the forward
     saved_log_softmax: int  # cross-entropy's fp32 log-softmax, an activation freed once its backward is done
     loss_grads: int  # cross-entropy's backward: nll_loss's and log_softmax's fp32 (N, V) gradients, at once
@@ -161,7 +161,7 @@ def _transients(
         step_bytes = optimizer_step_bytes(cfg, optimizer, optimizer_in_backward, device, adam_state_bytes, clip_norms)
     head = loss_head_bytes(cfg, tokens, w, loss_chunks)
     return _Transients(
-        logits_held=head.logits_held,
+        logits_held=0,  # the loop keeps only the loss; the head's own moments are in `head`
         logits_upcast=head.logits_upcast,
         saved_log_softmax=head.saved_log_softmax,
         loss_grads=head.loss_grads,

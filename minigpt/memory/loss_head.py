@@ -22,7 +22,7 @@ from minigpt.model import ModelConfig
 class LossHeadBytes:
     """The loss head's short-lived (N, V) buffers of one step, in bytes (N = batch x ctx tokens)."""
 
-    logits_held: int  # the (N, V) logits in the compute dtype: the loop holds them until backward ends
+    logits_held: int  # the (N, V) logits in the compute dtype, alive in the forward (the loop drops them after)
     logits_upcast: int  # autocast: cross-entropy's fp32 copy of the 16-bit logits, in the forward
     saved_log_softmax: int  # fp32 log-softmax, an activation, freed once cross-entropy's backward is done
     loss_grads: int  # cross-entropy's backward: nll_loss's and log_softmax's fp32 (N, V) gradients, at once
@@ -86,8 +86,8 @@ def head_moments(cfg: ModelConfig, tokens: int, w: Widths, chunks: int, tied_gra
         grads = max(head.loss_grads, head.logits_grad - head.saved_log_softmax + tied_grad + lm_head_grad_16bit)
         return HeadMoments(
             forward=head.logits_held + head.logits_upcast,
-            backward=lm_head_copy + head.logits_held + grads,  # the graph keeps lm_head's copy for backward
-            logits=head.logits_held + head.loss_grads,
+            backward=lm_head_copy + grads,  # the graph keeps lm_head's 16-bit weight copy for backward
+            logits=max(head.logits_held + head.logits_upcast, head.loss_grads),
             grads=tied_grad + lm_head_grad_16bit,
         )
     n = chunk_rows(tokens, chunks)

@@ -241,9 +241,10 @@ def measure(
     optimizer.register_step_post_hook(adamw_done)  # the step: its hooks need no removing)
     if in_backward:  # each hook shows its parameter's gradient before it frees it (a bf16 one, with master)
         in_backward.watch = lambda grad: note_grads([grad])
-    offload, reloads = step.new_offloader(state, device), set()
-    if offload is not None:  # what backward reads back: (address, op) of each buffer, to count it as activations
-        offload.on_load = lambda storage: reloads.add((storage.data_ptr(), tracker.clock))
+    offload, reloads, moved = step.new_offloader(state, device), set(), set()
+    if offload is not None:  # what it writes out and what backward reads back count as activations
+        offload.on_load = lambda storage: reloads.add((storage.data_ptr(), tracker.clock))  # (address, op)
+        offload.on_store = lambda storage: moved.add(id(tracker.record_of(storage)))
     with offload or contextlib.nullcontext(), _phase_marks(model, tracker, offload or saved, end), tracker, saved:
         step.forward_backward(model, [xy], device, precision, state.scaler, offload)
         backward_done()
@@ -274,8 +275,8 @@ def measure(
             return "optimizer_step"
         if rec["index"] in end["alive"]:  # alive when the model's forward returned
             return "logits" if rec["ptr"] in end["outputs"] else "activations"
-        if (rec["ptr"], rec["born"]) in reloads:  # an offloaded activation, read back for backward
-            return "activations"
+        if (rec["ptr"], rec["born"]) in reloads or id(rec) in moved:  # an activation that left the device, or
+            return "activations"  # came back for backward
         if (
             rec["phase"] != "backward: blocks"
             and rec["shape"][-1:] == (model_cfg.vocab_size,)

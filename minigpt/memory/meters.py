@@ -84,6 +84,11 @@ class LiveTensorTracker(TorchDispatchMode):
             self.sweep(died=self.clock + 1)
             self.phases.append((self.clock + 1, name))
 
+    def record_of(self, storage: torch.UntypedStorage) -> dict | None:
+        """The record of a storage alive now (None if the tracker did not see it made)."""
+        entry = self._live.get(storage.data_ptr())
+        return entry[1] if entry is not None else None
+
     def live_records(self) -> set[int]:
         """Indices (in self.records) of the storages alive now."""
         self.sweep(died=self.clock + 1)
