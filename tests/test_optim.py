@@ -310,3 +310,14 @@ def test_resume_with_another_optimizer_names_both_and_loses_nothing(markov_data,
         train(TrainConfig(**{**common, "steps": 4}, resume=True), data=markov_data)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
     assert [json.loads(line)["step"] for line in (tmp_path / "log.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_minigpt_memory_shows_each_lever_as_the_term_it_changes(capsys):
+    assert main(["memory", "--preset", "tiny", "--batch", "1", "--ctx", "16", "--device", "cpu"]) == 0
+    plain = capsys.readouterr().out
+    flags = ["--optimizer", "adamw8bit", "--optimizer-in-backward"]
+    assert main(["memory", "--preset", "tiny", "--batch", "1", "--ctx", "16", "--device", "cpu", *flags]) == 0
+    out = capsys.readouterr().out
+    assert "--optimizer adamw8bit: optimizer 4.8 -> 1.2 MiB predicted" in out
+    assert "--optimizer-in-backward: gradients 2.4 -> 2.0 MiB predicted" in out
+    assert "adamw8bit in backward" in out and "adamw8bit" not in plain
