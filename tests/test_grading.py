@@ -1405,6 +1405,102 @@ MISTAKES = {
         "test_every_rank_ends_with_the_same_gradients",
         ("            p.grad /= world\n", "            p.grad = p.grad / world\n"),
     ),
+    # --- 9.1 quantize_blockwise, dequantize_blockwise
+    "one absmax scale for the whole tensor": Mistake(
+        "9.1",
+        "quantize_blockwise",
+        "test_codes_and_scales_match_the_formula",
+        ("    scales = blocks.abs().amax(dim=1)\n", "    scales = blocks.abs().amax().expand(n_blocks).clone()\n"),
+    ),
+    "the sign dropped": Mistake(
+        "9.1",
+        "quantize_blockwise",
+        "test_codes_and_scales_match_the_formula",
+        (
+            "codes = torch.round(127 * ratio ** (1 / power)) * blocks.sign()",
+            "codes = torch.round(127 * ratio ** (1 / power))",
+        ),
+    ),
+    "codes truncated, not rounded": Mistake(
+        "9.1",
+        "quantize_blockwise",
+        "test_codes_and_scales_match_the_formula",
+        ("codes = torch.round(127 * ratio ** (1 / power))", "codes = torch.trunc(127 * ratio ** (1 / power))"),
+    ),
+    "dequantize forgets the power": Mistake(
+        "9.1",
+        "dequantize_blockwise",
+        "test_dequantize_inverts_within_half_a_step",
+        ("x = q.sign() * (q.abs() / 127) ** power * per_value", "x = q.sign() * (q.abs() / 127) * per_value"),
+    ),
+    # --- 9.2 chunked_cross_entropy
+    "chunks without the recompute": Mistake(
+        "9.2",
+        "chunked_cross_entropy",
+        "test_no_tensor_holds_all_the_logits",
+        (
+            "total = total + checkpoint(piece_loss, h, weight, t, use_reentrant=False)",
+            "total = total + piece_loss(h, weight, t)",
+        ),
+    ),
+    "the mean of the chunks' means": Mistake(
+        "9.2",
+        "chunked_cross_entropy",
+        "test_chunked_loss_and_gradients_equal_the_whole_loss",
+        [
+            ('F.cross_entropy(h @ w.t(), t, reduction="sum")', "F.cross_entropy(h @ w.t(), t)"),
+            ("    return total / targets.numel()\n", "    return total / chunks\n"),
+        ],
+    ),
+    "the summed loss, not the mean": Mistake(
+        "9.2",
+        "chunked_cross_entropy",
+        "test_chunked_loss_and_gradients_equal_the_whole_loss",
+        ("    return total / targets.numel()\n", "    return total\n"),
+    ),
+    "the whole logits made, then split": Mistake(
+        "9.2",
+        "chunked_cross_entropy",
+        "test_no_tensor_holds_all_the_logits",
+        """
+        def chunked_cross_entropy(hidden, weight, targets, chunks):
+            logits = hidden @ weight.t()  # all N x V at once, then cut into chunks
+            pieces = zip(logits.tensor_split(chunks), targets.tensor_split(chunks))
+            total = sum(F.cross_entropy(lc, tc, reduction="sum") for lc, tc in pieces)
+            return total / targets.numel()
+        """,
+    ),
+    # --- 9.3 state_bytes
+    "the tied embedding counted twice": Mistake(
+        "9.3",
+        "state_bytes",
+        "test_state_bytes_match_the_real_optimizers",
+        (
+            "    sizes = [p.numel() for p in model.parameters()]\n",
+            "    sizes = [p.numel() for m in model.modules() for p in m.parameters(recurse=False)]\n",
+        ),
+    ),
+    "8-bit moments without their block scales": Mistake(
+        "9.3",
+        "state_bytes",
+        "test_state_bytes_match_the_real_optimizers",
+        ("2 * (n + 4 * -(-n // 256))", "2 * n"),
+    ),
+    "every tensor in 8 bits, the norm gains too": Mistake(
+        "9.3",
+        "state_bytes",
+        "test_state_bytes_match_the_real_optimizers",
+        ("8 * n if n < 4096 else 2 * (n + 4 * -(-n // 256))", "2 * (n + 4 * -(-n // 256))"),
+    ),
+    "the step in backward keeps no gradient": Mistake(
+        "9.3",
+        "state_bytes",
+        "test_the_step_in_backward_keeps_one_gradient",
+        (
+            "    gradients = 4 * (max(sizes) if in_backward else sum(sizes))\n",
+            "    gradients = 0 if in_backward else 4 * sum(sizes)\n",
+        ),
+    ),
 }
 
 
