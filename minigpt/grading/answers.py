@@ -280,6 +280,8 @@ class Worker:
     def relay_output(self) -> None:
         """What the learner's code printed since the last call, printed here: pytest shows it under a failure."""
         try:
+            if self.log.stat().st_size == self.log_offset:
+                return  # nothing new (most calls)
             with open(self.log, "rb") as f:
                 f.seek(self.log_offset)
                 data = f.read(1_000_000)
