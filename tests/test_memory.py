@@ -444,12 +444,17 @@ def test_each_lever_shows_as_the_term_it_changes():
 
 
 def test_125m_8bit_state_brings_the_peak_to_the_target():
-    """Issue 25's target, predicted: 125m, batch 8 x 1024, bf16, full checkpointing: 2,721 MiB -> <= 2,060."""
+    """Issue 25's target, predicted on this machine's rules (the CPU's; CUDA adds cuBLAS's 64 MiB of workspaces):
+    125m, batch 8 x 1024, bf16, full checkpointing: at most 2,060 MiB with 8-bit moments, which take about a
+    quarter of AdamW's 912 MiB; every moment holds the moments, so the peak drops by what they save."""
     cfg, mib = get_config("125m"), 2**20
-    plain = memory.estimate(cfg, 8, 1024, "bf16", "full")
-    eight = memory.estimate(cfg, 8, 1024, "bf16", "full", optimizer="adamw8bit")
-    assert round(plain.peak / mib) == 2721 and round(plain.optimizer / mib) == 912
-    assert eight.peak <= 2060 * mib and 228 * mib < eight.optimizer < 235 * mib
+    plain = memory.estimate(cfg, 8, 1024, "bf16", "full", device="cpu")
+    eight = memory.estimate(cfg, 8, 1024, "bf16", "full", device="cpu", optimizer="adamw8bit")
+    assert round(plain.optimizer / mib) == 912 and 228 * mib < eight.optimizer < 235 * mib
+    assert eight.peak <= 2060 * mib
+    # (the peak is not at the optimizer step); AdamW8bit's step counters are Python ints, not 4-byte tensors
+    counters = 4 * (2 + 7 * cfg.n_layer)  # one per parameter tensor: the embedding, the final norm, 7 a block
+    assert plain.peak - eight.peak == plain.optimizer - eight.optimizer + counters
 
 
 def test_the_optimizer_levers_refuse_what_cannot_work_in_the_estimate_too():
