@@ -54,6 +54,7 @@ DEMO_OF_CHAPTER = {
     "06": ["checkpointing"],
     "07": ["plan"],
     "08": ["sharding"],
+    "10": ["lora"],
     "09": ["toolbox", "largest"],
 }
 

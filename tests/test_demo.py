@@ -23,6 +23,7 @@ FIGURES = {
     "sharding": ["sharding.png"],
     "toolbox": ["toolbox_levers.png", "toolbox_codes.png"],
     "largest": ["largest.png"],
+    "lora": ["lora.png"],
 }
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

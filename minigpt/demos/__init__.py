@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from minigpt.demos.finetuning import demo_lora
 from minigpt.demos.floats import demo_formats
 from minigpt.demos.largest import demo_largest
 from minigpt.demos.memory_anatomy import demo_memory
@@ -35,6 +36,7 @@ DEMOS: dict[str, Callable[[Path, bool], list[Path]]] = {
     "sharding": demo_sharding,
     "toolbox": demo_toolbox,
     "largest": demo_largest,
+    "lora": demo_lora,
 }
 DEMO_CHOICES = (*DEMOS, "all")
 
