@@ -27,6 +27,7 @@ from benchmarks import (
     bench_largest,
     bench_loop,
     bench_lora,
+    bench_loss_offload,
     bench_memory_grid,
     bench_mfu,
     bench_optimizer_quality,
@@ -51,6 +52,7 @@ BENCHMARKS = {
     "optimizer_quality": bench_optimizer_quality,
     "largest": bench_largest,
     "lora": bench_lora,
+    "loss_offload": bench_loss_offload,
 }
 
 

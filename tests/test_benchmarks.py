@@ -17,6 +17,7 @@ SECTIONS = [
     "9. The optimizer state and the gradients",
     "9b. 8-bit AdamW: val loss",
     "10. LoRA and QLoRA fine-tuning",
+    "11. The loss head and activation offloading",
 ]
 PLOTS = [
     "loop_overhead.png",
@@ -29,6 +30,7 @@ PLOTS = [
     "optimizers.png",
     "optimizer_quality.png",
     "lora.png",
+    "loss_offload.png",
 ]
 
 

@@ -64,8 +64,11 @@ def test_what_moves_in_each_checkpointing_mode_is_what_the_table_says(mode, chun
     if mode != "none":
         assert moved_in_blocks == {f"{'segment' if mode == 'sqrt' else 'block'} input (kept by checkpoint)"}
     # what stays: the small ones (1/rms, the attention logsumexp), and the token ids and targets (integers)
-    assert all(r["per_token"] * 64 + r["fixed"] < offload.OFFLOAD_MIN_BYTES or "int64" in r["tensor"]
-               for r in rows if not r["offloaded"] and r["part"] == "outside the blocks")  # fmt: skip
+    assert all(
+        r["per_token"] * 64 + r["fixed"] < offload.OFFLOAD_MIN_BYTES or "int64" in r["tensor"]
+        for r in rows
+        if not r["offloaded"] and r["part"] == "outside the blocks"
+    )
 
 
 def test_the_threshold_keeps_small_tensors_on_the_device():
