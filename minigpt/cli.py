@@ -95,6 +95,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     """Predicted (and with --measure, measured) memory of one training step, by kind."""
     from minigpt import memory
     from minigpt.device import pick_device
+    from minigpt.memory.offloaded import lever_lines
     from minigpt.model import shaped_config
 
     cfg = shaped_config(args.preset, args.n_layer, args.n_embd, args.n_head)
@@ -140,6 +141,9 @@ def cmd_memory(args: argparse.Namespace) -> int:
             if getattr(plain, term) != getattr(predicted, term):
                 print(f"{flag}: {term} {mib(getattr(plain, term))} -> {mib(getattr(predicted, term))} MiB predicted")
         print(f"peak {mib(plain.peak)} -> {mib(predicted.peak)} MiB predicted, against AdamW with an ordinary step")
+    plain_head = memory.estimate(cfg, device=device, **{**shape, "loss_chunks": 1, "offload_activations": False})
+    for line in lever_lines(plain_head, predicted, args.loss_chunks, args.offload_activations):
+        print(line)  # --loss-chunks and --offload-activations as the terms they change
     if lora_memory_note(args):
         print(lora_memory_note(args))
     if sharded is not None:

@@ -60,3 +60,22 @@ def region_reload(rows: list[dict]) -> int:
     a few at once; the measured moment is lower by up to a block's activations).
     """
     return sum(r["bytes"] // r["count"] for r in rows if r["offloaded"] and r["part"] != "outside the blocks")
+
+
+def lever_lines(plain, levers, loss_chunks: int, offload_activations: bool) -> list[str]:
+    """`minigpt memory`'s lines for --loss-chunks and --offload-activations: each lever as the terms it changes.
+
+    `plain` and `levers` are estimate()'s breakdowns without and with them (MemoryBreakdown, in bytes).
+    """
+    mib = lambda n: f"{n / 2**20:,.1f}"  # noqa: E731
+    lines = []
+    if loss_chunks > 1:
+        lines.append(f"--loss-chunks {loss_chunks}: logits {mib(plain.logits)} -> {mib(levers.logits)} MiB predicted")
+    if offload_activations:
+        lines.append(
+            f"--offload-activations: activations {mib(plain.activations)} -> {mib(levers.activations)} MiB on the "
+            f"device, {mib(levers.offloaded)} MiB in host memory (CUDA) or temp files (CPU)"
+        )
+    if lines:
+        lines.append(f"peak {mib(plain.peak)} -> {mib(levers.peak)} MiB predicted, against the step without them")
+    return lines
