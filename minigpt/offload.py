@@ -8,6 +8,8 @@ returns anything; `unpack` runs when the backward needs it and must give the sam
 - On a CPU, the device IS host memory, so we go one level down the memory hierarchy: pack writes the
   bytes to a file in a temp folder and unpack reads them back. Written pages sit in the operating
   system's page cache, which is not this process's memory (RSS), and can go to disk when memory is short.
+  Plain writes and reads (os.pwrite, os.preadv), not a memory map: mapped pages that stay resident would
+  count in the RSS. The folder is removed when the window ends, on success, on an error and on Ctrl-C.
 
 What moves: each saved floating-point tensor's whole storage (views of one storage are written once, and
 come back with their own sizes and strides, so the gradients are bitwise those of a run without it).
@@ -155,7 +157,7 @@ class ActivationOffloader:
         storage = t.untyped_storage()
         return (
             not t.is_floating_point()
-            or t.device != self.device
+            or t.device.type != self.device.type  # ("cuda" and "cuda:0" are the same GPU here)
             or storage.nbytes() < self.min_bytes
             or storage.data_ptr() in self.keep_ptrs
             or _is_weight_copy(t)
