@@ -84,13 +84,14 @@ def test_lora_forward_with_zero_b_is_the_base_layer(answers):
 def test_merged_weight_computes_the_adapted_layer(answers):
     for i, (batch, tokens, d_in, d_out, rank, alpha) in enumerate(SHAPES):
         x, w, a, b = _layer(batch, tokens, d_in, d_out, rank, seed=20 + i)
-        seen = answers.run(_merge_in_worker, w, a, b, alpha)
+        want = _reference(x, w, a, b, alpha)  # before the call: an in-place merge must not move the reference
+        seen = answers.run(_merge_in_worker, w.clone(), a, b, alpha)
         merged = seen["merged"]
         assert isinstance(merged, torch.Tensor) and merged.shape == w.shape, (
             f"the merged weight should be ({d_out}, {d_in}) like W, got "
             f"{tuple(merged.shape) if isinstance(merged, torch.Tensor) else merged!r}"
         )
-        error = (x.double() @ merged.double().T - _reference(x, w, a, b, alpha)).abs().max().item()
+        error = (x.double() @ merged.double().T - want).abs().max().item()
         assert error < 1e-4, (
             f"in {d_in}, out {d_out}, rank {rank}, alpha {alpha:g}: x @ merged.T differs from the adapted layer "
             f"by up to {error:.2e}: merged should be W + (alpha / r) * B @ A"

@@ -1501,6 +1501,99 @@ MISTAKES = {
             "    gradients = 0 if in_backward else 4 * sum(sizes)\n",
         ),
     ),
+    # --- 10.1 lora_forward
+    "the adapter scaled by alpha, not alpha / r": Mistake(
+        "10.1",
+        "lora_forward",
+        "test_lora_forward_matches_the_formula",
+        ("((x @ lora_A.T) * (alpha / rank))", "((x @ lora_A.T) * alpha)"),
+    ),
+    "the rank read from B's first dimension (out)": Mistake(
+        "10.1",
+        "lora_forward",
+        "test_lora_forward_matches_the_formula",
+        (
+            "    rank = lora_A.shape[0]\n    return x @ weight.T + ",
+            "    rank = lora_B.shape[0]\n    return x @ weight.T + ",
+        ),
+    ),
+    "the adapter added unscaled": Mistake(
+        "10.1",
+        "lora_forward",
+        "test_lora_forward_matches_the_formula",
+        ("((x @ lora_A.T) * (alpha / rank)) @ lora_B.T", "(x @ lora_A.T) @ lora_B.T"),
+    ),
+    # --- 10.2 merge_lora
+    "merged in place into the shared base": Mistake(
+        "10.2",
+        "merge_lora",
+        "test_merged_weight_computes_the_adapted_layer",
+        """
+        def merge_lora(weight, lora_A, lora_B, alpha):
+            weight += (alpha / lora_A.shape[0]) * (lora_B @ lora_A)  # the base changed for every adapter
+            return weight
+        """,
+    ),
+    "A and B multiplied the other way round": Mistake(
+        "10.2",
+        "merge_lora",
+        "test_merged_weight_computes_the_adapted_layer",
+        ("(lora_B @ lora_A)", "(lora_A.T @ lora_B.T)"),
+    ),
+    "merged without the alpha / r scale": Mistake(
+        "10.2",
+        "merge_lora",
+        "test_merged_weight_computes_the_adapted_layer",
+        ("return weight + (alpha / rank) * (lora_B @ lora_A)", "return weight + lora_B @ lora_A"),
+    ),
+    # --- 10.3 nf4_quantize
+    "one scale for the whole tensor": Mistake(
+        "10.3",
+        "nf4_quantize",
+        "test_nf4_quantize_picks_the_nearest_code_per_block",
+        ("    scales = blocks.abs().amax(dim=1)\n", "    scales = blocks.abs().amax().expand(blocks.shape[0])\n"),
+    ),
+    "blocks taken down the columns": Mistake(
+        "10.3",
+        "nf4_quantize",
+        "test_nf4_quantize_picks_the_nearest_code_per_block",
+        (
+            "blocks = weight.detach().float().reshape(-1, block)",
+            "blocks = weight.detach().float().T.reshape(-1, block)",
+        ),
+    ),
+    "an evenly spaced 4-bit code instead of NF4's values": Mistake(
+        "10.3",
+        "nf4_quantize",
+        "test_nf4_quantize_picks_the_nearest_code_per_block",
+        (
+            "codes = (normed[..., None] - NF4_CODE).abs().argmin(dim=-1).to(torch.uint8)",
+            "codes = torch.round((normed + 1) * 7.5).to(torch.uint8)",
+        ),
+    ),
+    "an all-zero block divided by zero": Mistake(
+        "10.3",
+        "nf4_quantize",
+        "test_nf4_quantize_picks_the_nearest_code_per_block",
+        ("    scales = torch.where(scales > 0, scales, torch.ones_like(scales))\n", ""),
+    ),
+    # --- 10.4 nf4_dequantize
+    "the scales tiled, not repeated per block": Mistake(
+        "10.4",
+        "nf4_dequantize",
+        "test_nf4_dequantize_round_trip",
+        """
+        def nf4_dequantize(codes, scales, block=64):
+            values = NF4_CODE[codes.long()].flatten() * scales.repeat(block)  # block 0's scale on value 1
+            return values.reshape(codes.shape)
+        """,
+    ),
+    "the codes taken as the values": Mistake(
+        "10.4",
+        "nf4_dequantize",
+        "test_nf4_dequantize_round_trip",
+        ("values = NF4_CODE[codes.long()].reshape(-1, block)", "values = codes.float().reshape(-1, block)"),
+    ),
 }
 
 
