@@ -38,7 +38,7 @@ def dequantize_blockwise(
     x = sign(q) * (|q| / 127) ** power * scale of q's block, reshaped to `shape` (default: flat).
     """
     raise NotImplementedError(
-        "Exercise 9.1: value = sign(q) * (|q| / 127) ** power * scales[i // block]"
+        "Exercise 9.1: value = sign(q) * (|q| / 127) ** power * scales[i // block], reshaped to shape"
         " - see chapters/09_toolbox.ipynb"
     )
 

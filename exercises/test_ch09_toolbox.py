@@ -16,7 +16,8 @@ from minigpt.optim.adamw8bit import AdamW8bit
 
 CHAPTER = "ch09_toolbox"
 HINTS = {  # the hints of solutions/ch09_toolbox.py, shown under a wrong answer
-    "9.1": "pad to whole blocks, scale = |x|.amax per block, round(127 * (|x|/scale)**(1/p))",
+    "9.1": "pad to whole blocks, scale = |x|.amax per block, round(127 * (|x|/scale)**(1/p)); "
+    "value = sign(q) * (|q| / 127) ** power * scales[i // block], reshaped to shape",
     "9.2": "per chunk: checkpoint(a function of (h, w, t) -> summed F.cross_entropy); / N",
     "9.3": "model.parameters() yields a shared tensor once; sum per tensor, max for in_backward",
 }

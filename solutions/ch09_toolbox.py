@@ -41,7 +41,7 @@ def dequantize_blockwise(
 
     x = sign(q) * (|q| / 127) ** power * scale of q's block, reshaped to `shape` (default: flat).
     """
-    # BEGIN SOLUTION 9.1: value = sign(q) * (|q| / 127) ** power * scales[i // block]
+    # BEGIN SOLUTION 9.1: value = sign(q) * (|q| / 127) ** power * scales[i // block], reshaped to shape
     q = codes.float()
     per_value = scales.float().repeat_interleave(block)[: q.numel()]
     x = q.sign() * (q.abs() / 127) ** power * per_value

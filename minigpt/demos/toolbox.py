@@ -94,7 +94,7 @@ def demo_toolbox(out: Path, quick: bool = False) -> list[Path]:
     ax.invert_yaxis()
     ax.set_xlabel("peak of one step (MiB)")
     ax.set_title("The levers beyond mixed precision")
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     figures = [save_figure(fig, out, "toolbox_levers.png")]
     fig, ax = plt.subplots(figsize=(5, 3.2))
     ax.bar(list(blowup), list(blowup.values()), color=["C3", "C0"])
