@@ -177,3 +177,23 @@ def test_the_cli_refuses_bad_loss_chunks(capsys, tmp_path, value, what):
     err = capsys.readouterr().err.strip()
     assert err.startswith("minigpt train: error: --loss-chunks") and what in err and "\n" not in err
     assert not (tmp_path / "run").exists()  # refused before anything was made
+
+
+def test_chunks_and_offloading_work_under_compile(batch):
+    """torch.compile traces the chunked loss's autograd.Function and runs under the offloading hooks."""
+    cfg, x, y = batch
+    try:
+        step.check_compile(torch.device("cpu"))
+    except ValueError as err:
+        pytest.skip(str(err))
+    grads = {}
+    for compiled in (False, True):
+        levers = dict(loss_chunks=4, offload_activations=True, compile=compiled)
+        state = step.build_step_state(cfg, TrainConfig(preset="tiny", **levers), torch.device("cpu"))
+        offloader = step.new_offloader(state, torch.device("cpu"))
+        with offloader:
+            step.forward_backward(state.forward, [(x, y)], torch.device("cpu"), "fp32", None, offloader)
+        grads[compiled] = {n: p.grad for n, p in state.model.named_parameters()}
+    tolerance = fp32_tolerance(cfg.vocab_size, grads[False])  # generated kernels sum in another order
+    for name, g in grads[False].items():
+        torch.testing.assert_close(grads[True][name], g, rtol=0, atol=tolerance[name], msg=name)
