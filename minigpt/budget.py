@@ -7,11 +7,11 @@ it), so a plan for 1 GiB must fit the step's tensors in 1 GiB minus that.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -127,7 +127,9 @@ gc.collect()
 """
 
 
-@functools.cache
+_RUNTIME_BYTES: dict[str, int] = {}  # precision -> measured runtime baseline, once per process
+
+
 def runtime_baseline_bytes(precision: str = "fp32") -> int:
     """Resident memory of the training runtime itself: a fresh process that imported torch and minigpt, ran one
     step of a 1-block model in `precision` and freed it (with MALLOC_SETTING).
@@ -136,5 +138,15 @@ def runtime_baseline_bytes(precision: str = "fp32") -> int:
     own), about 90 MiB here that stay for the process's life whatever the model; the model's own tensors are
     gone again. Measured once per process and precision.
     """
-    code = "import torch\nimport minigpt.train\n" + WARM_UP_STEP.replace("{precision}", precision)
-    return rss_bytes_of(code, env=MALLOC_SETTING)["now"]
+    if precision not in _RUNTIME_BYTES:
+        measure_runtime_baselines([precision])
+    return _RUNTIME_BYTES[precision]
+
+
+def measure_runtime_baselines(precisions: list[str]) -> None:
+    """Measure runtime_baseline_bytes for several precisions at once: one fresh process each, side by side."""
+    todo = sorted(set(precisions) - set(_RUNTIME_BYTES))
+    codes = {p: "import torch\nimport minigpt.train\n" + WARM_UP_STEP.replace("{precision}", p) for p in todo}
+    with ThreadPoolExecutor(max_workers=max(1, len(todo))) as pool:  # each thread waits on its own process
+        measured = dict(zip(todo, pool.map(lambda p: rss_bytes_of(codes[p], env=MALLOC_SETTING)["now"], todo)))
+    _RUNTIME_BYTES.update(measured)

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from minigpt import memory
-from minigpt.budget import MALLOC_SETTING, runtime_baseline_bytes
+from minigpt.budget import MALLOC_SETTING, measure_runtime_baselines, runtime_baseline_bytes
 from minigpt.model import PRESETS, ModelConfig, count_params, shaped_config
 from minigpt.precision import precision_problem, probe_precision
 from minigpt.recompute import CHECKPOINTING_MODES
@@ -258,6 +258,9 @@ def plan_for_budget(
         raise ValueError(f"budget, batch and ctx must be positive, got {budget_bytes}, {batch}, {ctx}")
     rates = rates or measure_rates(device_type)
     choices = choices or all_levers(supported_precisions(torch.device(device_type)))
+
+    if runtime_bytes is None and device_type == "cpu":
+        measure_runtime_baselines([lv.precision for lv in choices])  # side by side, once per process
 
     def runtime(levers: Levers) -> int:  # the runtime's own memory, with the kernels of this precision loaded
         if runtime_bytes is not None:
