@@ -73,7 +73,7 @@ def config_from(saved: dict) -> TrainConfig:
     """The TrainConfig a checkpoint was trained with (settings this minigpt does not know are left out)."""
     known = {f.name for f in fields(TrainConfig)}
     settings = {k: v for k, v in saved["train_config"].items() if k in known}
-    return TrainConfig(**{**settings, "resume": False, "out": None, "save_every": 0})
+    return TrainConfig(**{**settings, "resume": False, "restart": False, "out": None, "save_every": 0})
 
 
 def model_from(saved: dict, path: str | Path, device: torch.device | str = "cpu", flag: str = "--init-from") -> GPT:
