@@ -127,7 +127,7 @@ def _compare_watched(answers, **kwargs):
 def test_compare_precisions_table(answers, token_data):
     precisions = ("fp32", "bf16", "fp16")
     seen = answers.run(
-        _compare_watched, preset="tiny", precisions=precisions, steps=2, batch=2, ctx=16, device="cpu", data=token_data
+        _compare_watched, preset="tiny", precisions=precisions, steps=2, batch=4, ctx=32, device="cpu", data=token_data
     )
     rows, train_runs = seen["rows"], seen["runs"]
     assert [r["precision"] for r in rows] == list(precisions), "one row per precision, in the order given"
@@ -135,14 +135,15 @@ def test_compare_precisions_table(answers, token_data):
     for r in rows:
         assert keys <= set(r), f"row {r} lacks {keys - set(r)}"
         assert r["seconds"] > 0 and math.isfinite(r["final_loss"]), f"bad time or loss in {r}"
-        want = memory.estimate(get_config("tiny"), 2, 16, r["precision"], device="cpu").peak
+        # batch 4 and ctx 32 (below the preset's 64): a size at which the three precisions' peaks differ
+        want = memory.estimate(get_config("tiny"), 4, 32, r["precision"], device="cpu").peak
         assert r["predicted_peak_bytes"] == want, f"{r['precision']}: predicted peak should be estimate(...).peak"
         assert r["measured_peak_bytes"] is None, "a CPU has no peak-memory counter: report None"
     assert len(train_runs) == len(rows), f"{len(train_runs)} calls of minigpt.train.train for {len(rows)} rows"
     for r, run in zip(rows, train_runs):
-        assert (run["precision"], run["steps"], run["batch"], run["ctx"]) == (r["precision"], 2, 2, 16), (
+        assert (run["precision"], run["steps"], run["batch"], run["ctx"]) == (r["precision"], 2, 4, 32), (
             f"the run for {r['precision']} trained with precision={run['precision']}, steps={run['steps']}, "
-            f"batch={run['batch']}, ctx={run['ctx']}; expected {r['precision']}, 2, 2, 16"
+            f"batch={run['batch']}, ctx={run['ctx']}; expected {r['precision']}, 2, 4, 32"
         )
         # The row reports that run: read exactly.
         assert r["final_loss"] == run["losses"][-1], (

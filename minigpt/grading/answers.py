@@ -236,6 +236,8 @@ class Worker:
         if "error" in report:
             error = report["error"]
             raise answer_error(error if isinstance(error, dict) else {"message": repr(error)})
+        if "unsendable" in report:
+            raise WorkerFailed(f"what {name}() returned could not be sent back: {report['unsendable']}")
         try:
             transfer.restore(tensors, stateful, report)
         except Exception as error:  # noqa: BLE001 - a report that does not fit the arguments is a failed call

@@ -105,7 +105,8 @@ def _import_file(name: str, path: str) -> ModuleType:
 
 
 def _answer(answers: ModuleType, request: tuple, answers_path: str) -> bytes:
-    """Run one call; its report as bytes: {"id", "result", "tensors", "states"} or {"id", "error"}."""
+    """Run one call; its report as bytes: {"id", "result", "tensors", "states"}, {"id", "error"} when the call
+    raised, or {"id", "unsendable"} when its result or its arguments' state cannot be sent as plain data."""
     number, target, args, kwargs, grads = request
     tensors, stateful = transfer.parts((args, kwargs))
     transfer.unpickled(tensors, stateful, grads)
@@ -116,10 +117,13 @@ def _answer(answers: ModuleType, request: tuple, answers_path: str) -> bytes:
             result = getattr(answers, target)(*args, **kwargs)
         else:  # a function of the test file that watches the answer at work
             result = target(answers, *args, **kwargs)
-        report = {"id": number, "result": transfer.plain(result), **transfer.state_after(tensors, stateful)}
-        return transfer.dump_report(report)
     except BaseException as error:  # noqa: BLE001 - SystemExit and KeyboardInterrupt too: reported, not obeyed
         return transfer.dump_report({"id": number, "error": describe(error, answers_path)})
+    try:
+        report = {"id": number, "result": transfer.plain(result), **transfer.state_after(tensors, stateful)}
+        return transfer.dump_report(report)
+    except Exception as error:  # noqa: BLE001 - what the call returned or left behind cannot be sent
+        return transfer.dump_report({"id": number, "unsendable": f"{type(error).__name__}: {_text(error)[:300]}"})
 
 
 def describe(error: BaseException, answers_path: str) -> dict:
