@@ -8,8 +8,9 @@ the exercise's worker process (minigpt.grading.worker), never in the grader.
 The arguments go over as a pickle; the result, and what the call changed in the arguments, come back as plain
 data and are written into the test's own objects (minigpt.grading.transfer). An exercise's calls share one
 worker, started on its first call and killed with its whole process group when the next exercise starts, when
-a test runs past the timeout, and when grading ends. Workers are forked from a server that has imported torch
-once (multiprocessing's forkserver), so one starts in milliseconds, not the seconds an import of torch takes.
+its answers have run longer than the timeout (all its tests together), and when grading ends. Workers are
+forked from a server that has imported torch once (multiprocessing's forkserver, warmed up by
+minigpt.grading.warm), so one starts in milliseconds, not the seconds an import of torch takes.
 """
 
 from __future__ import annotations
@@ -320,13 +321,25 @@ def _short(text: str, max_lines: int = 6) -> str:
 
 
 class Workers:
-    """The live worker (at most one: the exercise being graded) and the chapters whose file did not import."""
+    """The live worker (at most one: the exercise being graded), the time each exercise's answers have run, and
+    the chapters whose file did not import."""
 
     def __init__(self, answers_dir: Path, timeout: float) -> None:
         self.answers_dir, self.timeout = answers_dir, timeout
         self.log_dir = Path(tempfile.mkdtemp(prefix="minigpt-grading-"))
         self.current: Worker | None = None
+        self.used: dict[str, float] = {}  # seconds each exercise's answers ran, all its tests together
         self.broken: dict[str, Exception] = {}
+
+    def call(self, exercise: str, chapter: str, tests: ModuleType, target: str | object, args: tuple, kwargs: dict):
+        """Run target in the exercise's worker, within what is left of the exercise's time (the timeout, for all
+        its tests together: the import of the answers counts, the start of the worker process does not)."""
+        deadline = time.monotonic() + self.timeout - self.used.get(exercise, 0.0)
+        try:
+            worker, deadline = self.get(exercise, chapter, tests, deadline)
+            return worker.call(target, args, kwargs, deadline, self.timeout)
+        finally:
+            self.used[exercise] = self.timeout - (deadline - time.monotonic())
 
     def get(self, exercise: str, chapter: str, tests: ModuleType, deadline: float) -> tuple[Worker, float]:
         """The exercise's worker, started if need be (which stops any other); and the deadline, moved on by the
@@ -368,11 +381,10 @@ class Workers:
 
 class Answers:
     """The learner's answers for one test: `answers.f(...)` runs f in the exercise's worker, and
-    `answers.run(g, ...)` runs g(the answers module, ...) there. Every call of the test shares its deadline."""
+    `answers.run(g, ...)` runs g(the answers module, ...) there."""
 
     def __init__(self, workers: Workers, exercise: str, chapter: str, tests: ModuleType) -> None:
         self._workers, self._exercise, self._chapter, self._tests = workers, exercise, chapter, tests
-        self._deadline = time.monotonic() + workers.timeout
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
@@ -390,5 +402,4 @@ class Answers:
         return self._call(function, args, kwargs)
 
     def _call(self, target: str | object, args: tuple, kwargs: dict) -> object:
-        w, self._deadline = self._workers.get(self._exercise, self._chapter, self._tests, self._deadline)
-        return w.call(target, args, kwargs, self._deadline, self._workers.timeout)
+        return self._workers.call(self._exercise, self._chapter, self._tests, target, args, kwargs)

@@ -11,8 +11,9 @@ Each test belongs to one exercise, `@pytest.mark.exercise("4.2", points=2)`. You
 process: each exercise runs them in a worker process of its own (minigpt.grading.answers), the tests send it
 their inputs and check what comes back, and this process alone counts the points and writes the grade.
 An exercise you have not done yet fails with one line (its hint); an answer that is done but wrong fails with
-the property it got wrong, expected and actual, and the hint (each test file's HINTS). An answer that runs
-past the timeout is stopped (its worker killed), its exercise scores 0, and the other exercises still run.
+the property it got wrong, expected and actual, and the hint (each test file's HINTS). An exercise whose answers
+run past the timeout (all its tests together) is stopped, its worker killed, and scores 0; the other exercises
+still run.
 At the end a score table is printed and written to grade.json (--grade-json PATH to move it); the exit status
 is 0 only if every selected test passed.
 """
@@ -31,7 +32,7 @@ from minigpt.grading.messages import describe_failure
 from minigpt.grading.score import grade, gradescope_results, score_rows
 from minigpt.grading.watch import count_saved_bytes
 
-DEFAULT_TIMEOUT_S = 60.0  # per test; a correct answer takes a few seconds on a 2-core CPU
+DEFAULT_TIMEOUT_S = 60.0  # per exercise; a correct answer takes a few seconds on a 2-core CPU
 RESULTS = pytest.StashKey[dict]()  # nodeid -> {"exercise", "points", "status", "message"}
 TIMED_OUT = pytest.StashKey[set]()  # exercises one of whose tests timed out: their other tests do not run
 WORKERS = pytest.StashKey[Workers]()
@@ -61,7 +62,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="SECONDS",
         type=float,
         default=DEFAULT_TIMEOUT_S,
-        help=f"seconds each exercise test may run before it fails (default: {DEFAULT_TIMEOUT_S:g})",
+        help=f"seconds an exercise's answers may run, all its tests together, before they are stopped and the "
+        f"exercise scores 0 (default: {DEFAULT_TIMEOUT_S:g})",
     )
     group.addoption(
         "--gradescope",
