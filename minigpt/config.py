@@ -80,7 +80,6 @@ class TrainConfig:
             raise ValueError(
                 f"unknown checkpointing {self.checkpointing!r}; choose one of: {', '.join(CHECKPOINTING_MODES)}"
             )
-        self.model_config()  # a shape that cannot work (--n-embd not divisible by --n-head, ...) stops here
         max_ctx = PRESETS[self.preset].ctx
         self.ctx = max_ctx if self.ctx is None else self.ctx
         for name in ("batch", "accum", "ctx", "steps"):
@@ -97,6 +96,7 @@ class TrainConfig:
             raise ValueError(f"--grad-clip must be 0 (no clipping) or a positive max norm, got {self.grad_clip}")
         if not 0 <= self.dropout < 1:
             raise ValueError(f"--dropout must be in [0, 1), got {self.dropout}")
+        self.model_config()  # a shape that cannot work (--n-embd not divisible by --n-head, ...) stops here
         if not 0 <= self.min_lr_ratio <= 1 or not self.weight_decay >= 0:
             raise ValueError(
                 f"need 0 <= min_lr_ratio <= 1 and weight_decay >= 0, got {self.min_lr_ratio}, {self.weight_decay}"
