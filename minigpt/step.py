@@ -75,9 +75,9 @@ def forward_backward(
         for p in model.parameters():
             if p.requires_grad and p.grad is None:
                 p.grad = torch.zeros_like(p)
-    # The window's summed loss so far: one tensor made before the first forward and added to in place, so no
-    # new tensor outlives a micro-batch (one would sit among the freed activations, and the heap would grow)
-    total = torch.zeros((), device=device)
+    # The window's summed loss so far: one tensor, made after the first backward (so it is no part of what the
+    # forward keeps) and added to in place, so no new tensor outlives a later micro-batch
+    total = None
     for i, (x, y) in enumerate(micro_batches):
         is_last = i == len(micro_batches) - 1
         # Under DDP or FSDP, skip the gradient all-reduce on every micro-batch but the last. no_sync must be
@@ -94,7 +94,7 @@ def forward_backward(
         # One running sum, not a list of losses (which grows with accum, one small tensor per micro-batch, and
         # keeps the heap from being reused), kept on the device: summed.item() here would make the CPU wait
         # for the GPU every micro-batch.
-        total += summed.detach()
+        total = summed.detach().clone() if total is None else total.add_(summed.detach())
     return parallel.sum_across_processes(total) / n_tokens
 
 

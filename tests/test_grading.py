@@ -1594,6 +1594,12 @@ MISTAKES = {
         "test_nf4_dequantize_round_trip",
         ("values = NF4_CODE[codes.long()].reshape(-1, block)", "values = codes.float().reshape(-1, block)"),
     ),
+    "divided by the scale, as quantizing does": Mistake(
+        "10.4",
+        "nf4_dequantize",
+        "test_nf4_dequantize_round_trip",
+        ("* scales[:, None]", "/ scales[:, None]"),
+    ),
 }
 
 
