@@ -91,7 +91,6 @@ def lora_activation_rows(cfg: ModelConfig, batch: int, ctx: int, w: Widths, rank
     first = _block_rows(cfg, ctx, w, rank, names, first_block=True)
     later = _block_rows(cfg, ctx, w, rank, names, first_block=False)
     outside = [("final_norm: input, fp32", 4 * cfg.n_embd, 0), ("final_norm: 1/rms", 4, 0), *loss_head_rows(cfg)]
-    outside.append(("the window's loss sum, one fp32 (made before the forward, added to after it)", 0, 4))
     groups = [
         ("first block", 1, first),
         ("each later block", cfg.n_layer - 1, later),
@@ -264,8 +263,7 @@ def lora_estimate(
         + scalar_grads
         + max(head.loss_grads, head.logits_grad - head.saved_log_softmax),
         # the top block's backward, with every block's activations still there; the targets are still alive
-        # (+ 4: the window's loss sum, an activation outside the blocks)
-        "backward: blocks": always + 8 * tokens + 4 + loss + scalar_grads + kept_copies + block_rows + block_backward,
+        "backward: blocks": always + 8 * tokens + loss + scalar_grads + kept_copies + block_rows + block_backward,
         # AdamW's step: every gradient, clipping's norms (and, in the first step, the state AdamW makes)
         "optimizer": always + 8 * tokens + loss + static["gradients"] + clip_norms,
     }
