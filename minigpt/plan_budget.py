@@ -345,9 +345,16 @@ def largest(
     Memory grows with k, so the fitting k form a prefix 1..K; ValueError if even k = 1 does not fit, naming
     the smallest budget that would.
     """
-    plan_k = functools.partial(
-        _family_plan, budget_bytes, ctx, batch, device_type, choices, runtime_bytes, rates or measure_rates(device_type)
-    )
+    rates = rates or measure_rates(device_type)
+    plans: dict[int, BudgetPlan] = {}  # k -> its plan: the search asks for some k more than once
+
+    def plan_k(k: int) -> BudgetPlan:
+        if k not in plans:
+            plans[k] = plan_for_budget(
+                family_model(k), budget_bytes, ctx, batch, device_type, runtime_bytes, rates, choices, f"family k={k}"
+            )
+        return plans[k]
+
     first = plan_k(1)
     if not first.fits:
         need = math.ceil(first.predicted_process_bytes / (1 - PREDICTION_MARGIN) / MIB) * MIB  # with the margin
@@ -362,28 +369,3 @@ def largest(
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if plan_k(mid).fits else (lo, mid)
     return plan_k(lo)
-
-
-@functools.lru_cache(maxsize=256)
-def _family_plan_cached(*args) -> BudgetPlan:
-    return _family_plan_uncached(*args)
-
-
-def _family_plan(budget, ctx, batch, device_type, choices, runtime_bytes, rates, k) -> BudgetPlan:
-    key = (budget, ctx, batch, device_type, tuple(choices) if choices else None, runtime_bytes, tuple(rates.items()), k)
-    return _family_plan_cached(*key)
-
-
-def _family_plan_uncached(budget, ctx, batch, device_type, choices, runtime_bytes, rates, k) -> BudgetPlan:
-    model = family_model(k)
-    return plan_for_budget(
-        model,
-        budget,
-        ctx,
-        batch,
-        device_type,
-        runtime_bytes,
-        dict(rates),
-        list(choices) if choices else None,
-        name=f"family k={k}",
-    )
