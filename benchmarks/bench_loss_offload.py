@@ -39,6 +39,11 @@ LEVER_SETS = {
     "both": dict(loss_chunks=CHUNKS, offload_activations=True),
     "all four": dict(loss_chunks=CHUNKS, offload_activations=True, optimizer="adamw8bit", optimizer_in_backward=True),
 }
+# Not one of the four: what the remaining fp32 weights (and their bf16 autocast copies) cost. Pure bf16 weights
+# with no fp32 master copy and no stochastic rounding lose every update under half a bf16 step (chapter 1's lost
+# update), so this row is a memory figure, not a recommended recipe; the planner never picks it.
+BF16_WEIGHTS = "all four, bf16 weights"
+LEVER_SETS[BF16_WEIGHTS] = dict(LEVER_SETS["all four"], precision="bf16-pure")
 MIN_HEAD_REMOVED = 0.80  # the chunked loss removes at least this share of the loss head's bytes
 MAX_CHUNKED_TIME = 1.10  # and costs at most this much step time
 MAX_ALL_FOUR_PEAK = 1000 * MIB  # 125m at 8 x 1024 with all four levers
@@ -55,9 +60,9 @@ PRECISION, MODE = "bf16", "full"
 
 def _train_config(size: dict, levers: dict) -> TrainConfig:
     grad_clip = 0.0 if levers.get("optimizer_in_backward") else 1.0  # the step in backward cannot clip
+    levers = {"precision": PRECISION, **levers}
     return TrainConfig(
         preset=size["preset"],
-        precision=PRECISION,
         checkpointing=MODE,
         batch=size["batch"],
         ctx=size["ctx"],
@@ -78,7 +83,7 @@ def step_times(size: dict, data: TokenData, device: torch.device) -> dict[str, l
         shift = turn % len(names)
         for name in names[shift:] + names[:shift]:
             start = clock(device)
-            train_step(states[name], [(x, y)], device, PRECISION, configs[name].grad_clip)
+            train_step(states[name], [(x, y)], device, configs[name].precision, configs[name].grad_clip)
             if turn >= size["warmup"]:
                 times[name].append(clock(device) - start)
     return times
@@ -134,12 +139,14 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
     for size in SIZES[quick]:
         preset, batch, ctx = size["preset"], size["batch"], size["ctx"]
         model_cfg, tokens, V = get_config(preset), size["batch"] * size["ctx"], get_config(preset).vocab_size
-        shape = (model_cfg, batch, ctx, PRECISION, MODE)
-        predicted = {name: estimate(*shape, device=device, **levers) for name, levers in LEVER_SETS.items()}
-        measured = {name: measure(*shape, device=device, **levers) for name, levers in LEVER_SETS.items()}
+        predicted, measured = {}, {}
+        for name, levers in LEVER_SETS.items():
+            levers = {"precision": PRECISION, **levers}
+            predicted[name] = estimate(model_cfg, batch, ctx, checkpointing=MODE, device=device, **levers)
+            measured[name] = measure(model_cfg, batch, ctx, checkpointing=MODE, device=device, **levers)
         times = step_times(size, data, device)
         base_time = median_spread(times["baseline"])[0]
-        rss_sets = ("all four",) if quick else ("baseline", "all four")  # quick: the code path, once
+        rss_sets = ("all four",) if quick else ("baseline", "all four", BF16_WEIGHTS)  # quick: the code path, once
         rss = {name: rss_step_growth(size, LEVER_SETS[name]) for name in rss_sets} if device.type == "cpu" else {}
         # the loss head's bytes: its (tokens x vocabulary) tensors at once (the logits term) and what it keeps
         # for backward (the fp32 log-softmax, or one log-sum-exp per token when chunked)
@@ -200,11 +207,25 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
             checks.append(
                 Check(
                     "125m 8x1024: all four levers take the peak to <= 1,000 MiB (from 2,721)",
-                    f"predicted {all_four_pred / MIB:,.0f} MiB, measured {all_four_meas / MIB:,.0f} MiB",
+                    f"predicted {all_four_pred / MIB:,.0f} MiB, measured {all_four_meas / MIB:,.0f} MiB (with bf16 "
+                    f"weights as well: {predicted[BF16_WEIGHTS].peak / MIB:,.0f} / "
+                    f"{measured[BF16_WEIGHTS].peak / MIB:,.0f})",
                     max(all_four_pred, all_four_meas) <= MAX_ALL_FOUR_PEAK,
                 )
             )
 
+    if "125m" in plot:
+        terms = predicted["all four"]  # the 125m step's, the last preset measured
+        moment = max(terms.moments, key=terms.moments.get)
+        what_remains = (
+            f"What the four levers leave at the 125m peak ({moment}, {terms.peak / MIB:,.0f} MiB predicted): "
+            f"the fp32 weights {terms.weights / MIB:,.0f} MiB, their bf16 autocast copies "
+            f"{terms.weight_copies / MIB:,.0f}, the 8-bit moments {terms.optimizer / MIB:,.0f}, and one block's "
+            f"backward (its recomputed activations and their gradients) {terms.activation_grads / MIB:,.0f}: none of "
+            "the four touches the weights or a block's backward; a smaller micro-batch shrinks the last."
+        )
+    else:
+        what_remains = ""
     headers = [
         "step",
         "levers",
@@ -220,8 +241,11 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
     ]
     body = "\n\n".join(
         [
-            f"{PRECISION} autocast and {MODE} checkpointing in every row; --loss-chunks {CHUNKS}; 'all four' adds "
-            "--optimizer adamw8bit --optimizer-in-backward (and --grad-clip 0, which the step in backward needs). "
+            f"{PRECISION} autocast and {MODE} checkpointing in every row but the last; --loss-chunks {CHUNKS}; 'all "
+            "four' adds --optimizer adamw8bit --optimizer-in-backward (and --grad-clip 0, which the step in backward "
+            f"needs). '{BF16_WEIGHTS}' is all four with --precision bf16-pure: what the fp32 weights and their "
+            "autocast copies cost. It keeps no fp32 master copy and has no stochastic rounding, so it loses every "
+            "update under half a bf16 step (chapter 1's lost update): a memory figure, not a recipe. "
             "Peak: estimate() and measure() (the step's tensors, metered op by op); RSS growth: the peak RSS of a "
             "fresh process over one step after a warm-up step, minus its RSS before (malloc's mmap threshold fixed, "
             "as --offload-activations does; RSS counts touched pages, so gradients made as zeros and filled only at "
@@ -230,6 +254,7 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
             "(on a CPU the writes land in the page cache first: this is what the process sees, not the disk's own "
             "rate).",
             table(rows, headers),
+            what_remains,
         ]
     )
     plt = pyplot()
