@@ -1,4 +1,4 @@
-"""9. The largest model this machine can train: the budget planner's choice, run in a fresh process and measured.
+"""12. The largest model this machine can train: the budget planner's choice, run in a fresh process and measured.
 
 For each budget, `minigpt plan --largest --budget B` (minigpt.plan_budget.largest) with every lever and with fp32
 AdamW alone; then the lever plan's printed `minigpt train` command runs for a few steps in a fresh process,
