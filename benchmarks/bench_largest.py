@@ -109,7 +109,9 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
             table(rows, headers),
         ]
     )
-    return Section("12. The largest model this machine can train", body, checks, figures, seconds=time.perf_counter() - t_start)
+    return Section(
+        "12. The largest model this machine can train", body, checks, figures, seconds=time.perf_counter() - t_start
+    )
 
 
 if __name__ == "__main__":

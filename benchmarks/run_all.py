@@ -2,6 +2,7 @@
 
     make bench                                       # = python -m benchmarks.run_all, ~40 min on 2 cores
     python -m benchmarks.run_all --quick --out /tmp/b  # tiny sizes, seconds: checks that everything runs
+    python -m benchmarks.run_all --only lora --merge   # re-measure some sections, keep the others as they were
 
 Each benchmark runs in a fresh Python process, prints its table and PASS/FAIL per target. The exit status
 is 1 when a target is missed (never in --quick mode, whose sizes are too small to judge) or a benchmark crashed.
@@ -36,6 +37,7 @@ from benchmarks import (
     bench_sharding,
 )
 from benchmarks.benchlib import Check, Section, machine_is_busy, machine_rows, table, token_data
+from benchmarks.merge_results import KEPT_ROW, KeptSection, kept_sections, order_key, section_number
 from minigpt.data import TokenData
 
 BENCHMARKS = {
@@ -80,10 +82,22 @@ def results_markdown(
     busy: str | None,
     seconds: float,
     command: str,
+    kept: list[KeptSection] = (),
 ) -> str:
-    """RESULTS.md: where and when, a summary of every target, then one section per benchmark."""
-    checks = [(s.title, c) for s in sections for c in s.checks]
-    passed = sum(c.passed for _, c in checks)
+    """RESULTS.md: where and when, a summary of every target, then one section per benchmark.
+
+    kept: sections of an earlier RESULTS.md not measured again (--merge), placed by their numbers, their
+    targets counted, and the header says when each was measured."""
+    rows = [[s.title, c.target, c.measured, "PASS" if c.passed else "FAIL"] for s in sections for c in s.checks]
+    rows += [row for k in kept for row in k.target_rows]
+    rows.sort(key=lambda row: order_key(row[0]))  # a stable sort: each section's targets keep their order
+    passed = sum(row[3] == "PASS" for row in rows)
+    header = list(header)
+    if kept:
+        dates: dict[str, list[str]] = {}
+        for k in sorted(kept, key=lambda k: order_key(k.title)):
+            dates.setdefault(k.measured, []).append(section_number(k.title))
+        header.append((KEPT_ROW, "; ".join(f"{', '.join(n)}: measured {when}" for when, n in dates.items())))
     parts = [
         "# Benchmarks",
         f"Written by `{command}` in {seconds / 60:.1f} min. Timings: median of the timed "
@@ -95,13 +109,10 @@ def results_markdown(
         parts.append(f"> **Warning:** {busy}.")
     parts.append(table([list(row) for row in header], ["what", "value"]))
     parts.append(
-        f"## Targets: {passed} of {len(checks)} met\n\n"
-        + table(
-            [[title, c.target, c.measured, "PASS" if c.passed else "FAIL"] for title, c in checks],
-            ["benchmark", "target", "measured", "result"],
-        )
+        f"## Targets: {passed} of {len(rows)} met\n\n" + table(rows, ["benchmark", "target", "measured", "result"])
     )
-    parts += [s.markdown() for s in sections]
+    bodies = [(s.title, s.markdown()) for s in sections] + [(k.title, k.markdown) for k in kept]
+    parts += [markdown for _, markdown in sorted(bodies, key=lambda body: order_key(body[0]))]
     return "\n\n".join(parts) + "\n"
 
 
@@ -111,7 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent, help="where RESULTS.md and PNGs go")
     parser.add_argument("--device", default="cpu", help="cpu (the course machine) or cuda")
     parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), help="run only these benchmarks")
+    parser.add_argument(
+        "--merge", action="store_true", help="with --only: keep the other sections of the RESULTS.md already in --out"
+    )
     args = parser.parse_args(argv)
+    if args.merge and not args.only:
+        parser.error("--merge keeps the sections that --only leaves out: name the benchmarks to re-run with --only")
+    earlier = args.out / "RESULTS.md"
+    if args.merge and not earlier.exists():
+        parser.error(f"--merge: there is no {earlier} to keep sections from; run without --merge")
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no GPU here")
@@ -145,8 +164,11 @@ def main(argv: list[str] | None = None) -> int:
         "python -m benchmarks.run_all"
         + (" --quick" if args.quick else "")
         + (f" --device {args.device}" if args.device != "cpu" else "")
+        + (f" --only {' '.join(args.only)} --merge" if args.merge else "")
     )
-    text = results_markdown(sections, header, args.quick, busy, time.perf_counter() - t_start, command)
+    kept = kept_sections(earlier.read_text(encoding="utf-8"), {s.title for s in sections}) if args.merge else []
+    seconds = time.perf_counter() - t_start
+    text = results_markdown(sections, header, args.quick, busy, seconds, command, kept=kept)
     (args.out / "RESULTS.md").write_text(text)
     failed = [c for s in sections for c in s.checks if not c.passed]
     print(
