@@ -304,7 +304,7 @@ def _predict_per_gpu(
 ) -> memory.MemoryBreakdown:
     """memory.estimate of one GPU's step, its static state split over `gpus` as `shard` says."""
     est = memory.estimate(cfg, batch, ctx, precision=precision, device=kind, optimizer=optimizer, **mode)
-    return memory.sharded_estimate(est, cfg, precision, shard, gpus)
+    return memory.sharded_estimate(est, cfg, precision, shard, gpus, checkpointing=mode.get("checkpointing", "none"))
 
 
 def gpus_to_fit_static(cfg: ModelConfig, precision: str, shard: str, budget: int, most: int = 1024) -> int | None:

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from minigpt.distributed import measure_rank_state_bytes, spawn_on_cpu
+from minigpt import memory
+from minigpt.distributed import measure_rank_state_bytes, measure_rank_step, spawn_on_cpu
 from minigpt.memory.static_state import sharded_state_bytes
 from minigpt.model import get_config
 from minigpt.train import TrainConfig, train_and_report
@@ -119,3 +120,26 @@ def test_measured_rank_state_bytes_are_the_prediction(precision, master, shard):
     if shard != "none":  # and splitting saved something on every process
         whole = sharded_state_bytes(cfg, precision, "none", 1, master_weights=master)
         assert all(sum(got.values()) < sum(whole.values()) for got in measured)
+
+
+# The per-process peak of a real FSDP step against sharded_estimate's. 10m at ctx 64 (chapter 8's small scale):
+# tiny's peak is ~10 MiB, where the heap's run-to-run noise (~1 MiB: gloo's threads allocate on the same heap)
+# is 10%. On 10m, three runs of each measured within 1.7 MiB of one another (under 2%), and the step holds
+# ~1 MiB nothing models (the reduce-scatter's own buffers on gloo, seen as a bump of the same size at the
+# root's reduce-scatter on tiny and on 10m alike). Predicted on 10m: fsdp fp32 0.7% over, fsdp bf16 1-2.4%
+# under (it was 19% over while the estimate counted autocast's copies and fp32 gathers). 5% holds both with
+# room for that noise; chapter 8 checks DDP and ZeRO-1 within 10%.
+SHARDED_PEAK_TOLERANCE = 0.05
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_measured_fsdp_peak_per_process_is_the_prediction(precision):
+    """FSDP2 with bf16 gathers bf16 weights (MixedPrecisionPolicy): no autocast copies, bf16 root gradients."""
+    cfg, ctx = get_config("10m"), 64
+    ranks = measure_rank_step("10m", precision, "fsdp", world=2, batch=1, ctx=ctx)
+    if any(r["peak"] is None for r in ranks):
+        pytest.skip("the heap cannot be read here (no glibc)")
+    est = memory.estimate(cfg, 1, ctx, precision, device="cpu")
+    predicted = memory.sharded_estimate(est, cfg, precision, "fsdp", 2, checkpointing="none").peak
+    measured = max(r["peak"] for r in ranks)
+    assert abs(measured / predicted - 1) < SHARDED_PEAK_TOLERANCE, (measured, predicted)

@@ -369,6 +369,22 @@ def test_sharded_estimate_moves_every_moment_with_the_split_state(shard):
     assert split.peak < whole.peak and split.activations == whole.activations
 
 
+@pytest.mark.parametrize("mode", CHECKPOINTING_MODES)
+def test_fsdp_with_bf16_makes_no_autocast_copies_and_an_unknown_mode_errs_safe(mode):
+    """bf16 gathers (MixedPrecisionPolicy) leave autocast nothing to copy; without the mode, no moment is lower."""
+    cfg, n = get_config("30m"), 4
+    whole = memory.estimate(cfg, 2, 128, "bf16", checkpointing=mode)
+    known = memory.sharded_estimate(whole, cfg, "bf16", "fsdp", n, checkpointing=mode)
+    unknown = memory.sharded_estimate(whole, cfg, "bf16", "fsdp", n)
+    assert whole.weight_copies > 0 and known.weight_copies == unknown.weight_copies == 0
+    assert all(unknown.moments[phase] >= live for phase, live in known.moments.items())
+    assert known.moments["forward"] == unknown.moments["forward"]  # every copy goes, whatever the mode
+    assert known.peak < whole.peak
+    fp32 = memory.estimate(cfg, 2, 128, "fp32", checkpointing=mode)  # no policy: no copies, whatever the mode
+    without_mode = memory.sharded_estimate(fp32, cfg, "fp32", "fsdp", n)
+    assert without_mode == memory.sharded_estimate(fp32, cfg, "fp32", "fsdp", n, checkpointing=mode)
+
+
 # ------------------------------------------------------------------------------------------------------------
 # The optimizer levers: AdamW8bit's state (--optimizer adamw8bit) and the step in backward (--optimizer-in-backward)
 

@@ -33,9 +33,9 @@ from minigpt.memory.static_state import (
 )
 from minigpt.model import ModelConfig, count_params
 from minigpt.optim import FUSED_ADAMW_DEVICES
-from minigpt.parallel import check_shard_mode
+from minigpt.parallel import check_shard_mode, fsdp_dtypes
 from minigpt.precision import normalize_precision
-from minigpt.recompute import sqrt_segments
+from minigpt.recompute import CHECKPOINTING_MODES, sqrt_segments
 
 # ----------------------------------------------------------------------------------------------------------
 # Transient memory, and the moments of a step where memory peaks
@@ -377,14 +377,14 @@ def sharded_estimate(
     shard: str,
     world: int,
     master_weights: bool = False,
+    checkpointing: str | None = None,
 ) -> MemoryBreakdown:
     """One process's step with `shard` over `world` processes: estimate()'s breakdown with the static terms split.
 
     Weights and AdamW's state are there at every moment, so every moment loses what splitting them saves;
-    FSDP's split gradients count where all gradients are present (the end of backward, the optimizer step).
-    FSDP adds the whole weights it gathers: the root's (embedding and final norm, kept gathered for the whole
-    step) and two blocks' (the one running and the one prefetched). Autocast's 16-bit weight copies stay as
-    they were: its cache keeps one per gathered weight until the forward ends.
+    zero1 keeps the gradients whole, so only the optimizer step loses its share of them. FSDP also changes
+    the transient terms (_fsdp_moment says how, term by term). `checkpointing`: the mode `est` was made
+    with, where it is known; None (unknown) takes off only what is certain whatever the mode (safe side).
     """
     if world == 1 or shard == "none":
         check_shard_mode(shard)
@@ -392,20 +392,77 @@ def sharded_estimate(
     per = sharded_state_bytes(model_cfg, precision, shard, world, master_weights)
     saved_always = (est.weights - per["weights"]) + (est.optimizer - per["optimizer"])
     saved_grads = est.gradients - per["gradients"]
-    gathered = model_grads_saved = 0
-    if shard == "fsdp":
-        model_bytes = widths(precision).model
-        root, block = model_cfg.vocab_size * model_cfg.n_embd + model_cfg.n_embd, _block_params(model_cfg)
-        gathered = model_bytes * (root + 2 * block)
-        model_grads_saved = model_bytes * (count_params(model_cfg) - max(fsdp_shard_params(model_cfg, world)))
     moments = {}
     for phase, live in est.moments.items():
         live -= saved_always
         if phase == "optimizer":
             live -= saved_grads
-        else:
-            live += gathered
-        if phase == "backward: embedding":
-            live -= model_grads_saved
+        elif shard == "fsdp":
+            live += _fsdp_moment(phase, est, model_cfg, precision, world, checkpointing)
         moments[phase] = live
-    return replace(est, **per, moments=moments)
+    # FSDP's bf16 gathers leave autocast nothing to copy (_fsdp_moment): that term is gone
+    copies = 0 if shard == "fsdp" and _gathers_16bit(precision) else est.weight_copies
+    return replace(est, **per, weight_copies=copies, moments=moments)
+
+
+def _gathers_16bit(precision: str) -> bool:
+    """Whether FSDP gathers the weights in 16 bits where estimate() counts them wider (bf16's policy)."""
+    gather = fsdp_dtypes(precision)[0]
+    return gather is not None and gather.itemsize < widths(precision).model
+
+
+def _fsdp_moment(
+    phase: str, est: MemoryBreakdown, cfg: ModelConfig, precision: str, world: int, mode: str | None
+) -> int:
+    """What FSDP2 adds to (or takes off) one moment of estimate()'s single-process step, in bytes.
+
+    g: bytes per value FSDP gathers the weights in; with bf16 its MixedPrecisionPolicy gathers in bf16 (2),
+    otherwise the parameters' own dtype. r: bytes per value it reduce-scatters the gradients in (fp32: 4).
+    m: the model's dtype, in which estimate() counted the weights, their gradients and autocast's copies.
+    Left as estimate() counts them: the activations. The policy also casts each block's inputs to bf16
+    (cast_forward_inputs), so the residual stream the blocks save is bf16 where estimate() counts fp32:
+    a safe-side excess, 2 bytes per value of the residual rows (under 0.1 MiB on 10m at ctx 64).
+    """
+    w, V, C = widths(precision), cfg.vocab_size, cfg.n_embd
+    gather, reduce = fsdp_dtypes(precision)
+    g = gather.itemsize if gather is not None else w.model
+    r = reduce.itemsize if reduce is not None else w.model
+    m, root, block = w.model, V * C + C, _block_params(cfg)  # root: the (tied) embedding and the final norm
+    # The weights FSDP holds gathered: the root's, whole from the first forward op to the end of backward,
+    # and two blocks' (the one running and the next one, prefetched).
+    gathered = g * (root + 2 * block)
+    if phase == "backward: embedding":
+        # estimate() counted every gradient whole (m x P) and the tied embedding's two (V, C) gradients (lm_head's
+        # and the embedding's, m each). FSDP holds instead: every gradient's shard in the parameters' dtype m
+        # (the root's too, once reduced), the root gathered (no block is: each was resharded after its
+        # backward) and the root's whole gradients in the gathered dtype g: lm_head's, the embedding's and
+        # their sum; or, once summed, the sum and the copy the reduce-scatter sends (r per value).
+        grad_shards = m * max(fsdp_shard_params(cfg, world))
+        root_grads = max(3 * g * V * C, g * V * C + r * V * C)
+        return grad_shards + g * root + root_grads - m * (count_params(cfg) + 2 * V * C)
+    if not _gathers_16bit(precision):
+        return gathered
+    # bf16 with the policy: autocast's weight copies, which estimate() counted, are never made (the gathered
+    # weights are bf16 already), and the gradients of the gathered weights are made in bf16, not fp32.
+    copies_per_block = 2 * _block_matrix_params(cfg)
+    lm_head_copy = 2 * V * C
+    if phase == "forward":  # every matrix's copy, alive in autocast's cache until the forward ends
+        return gathered - est.weight_copies
+    if phase == "backward: loss head":  # the graph kept lm_head's copy, and the blocks' without checkpointing
+        return gathered - lm_head_copy - (cfg.n_layer * copies_per_block if mode == "none" else 0)
+    # backward: blocks. estimate() counted, at its worst region i, the copies of the regions it keeps (all
+    # those below without checkpointing, the recomputed region's with it) and the whole gradients of the
+    # blocks above (m per value); FSDP keeps their fp32 shards, 1/world of them. The worst region is not known
+    # here, so take off the least of the two over the regions (safe side). lm_head's gradient of the tied
+    # embedding, waiting for the embedding's, is bf16 (m - g less per value). Added: a block's reduce-scatter,
+    # its whole bf16 gradients beside their fp32 copy and the fp32 shard it makes (measured: without it the
+    # moment falls ~7% short on 10m; in fp32 the gradients above, counted whole, more than cover it).
+    above_shared = m * block * (world - 1) // world  # per block above: the whole gradient minus its shard
+    over = min(
+        copies_per_block * (sum(regions[: i + 1]) if c == "none" else blocks) + above_shared * sum(regions[i + 1 :])
+        for c in ([mode] if mode else CHECKPOINTING_MODES)
+        for regions in [_regions(cfg, c)]
+        for i, blocks in enumerate(regions)
+    )
+    reduce_scatter = g * block + r * block + -(-r * block // world)
+    return gathered - over - (m - g) * V * C + reduce_scatter
