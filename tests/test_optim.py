@@ -83,6 +83,45 @@ def test_the_first_moment_code_is_signed_and_its_error_is_bounded():
     assert ((back - m).abs() / s <= 2 * w / 254 + 1 / 254**2 + 1e-6).all()
 
 
+def test_dequantize_is_the_codes_formula_for_every_code():
+    """dequantize squares q as q * |q| (the sign kept by the product): the same bits as the formula
+    sign(q) * (|q| / levels) ** power * scale written out, for every byte, with or without its buffers."""
+    scales = torch.tensor([1.0, 3.7e-5])
+    for code in (M_CODE, V_CODE, LINEAR_CODE):
+        info = torch.iinfo(code.dtype)
+        q = torch.arange(max(info.min, -code.levels), code.levels + 1).to(code.dtype)
+        q = torch.cat([q, q, q[: BLOCK - q.numel()], q[: BLOCK - q.numel()]])  # two full blocks
+        magnitude = q.float().abs()
+        for _ in range(code.square_roots):
+            magnitude = magnitude * magnitude
+        formula = (magnitude * (scales / code.levels**code.power).repeat_interleave(BLOCK)).copysign(q.float())
+        assert torch.equal(dequantize(q, scales, code), formula)
+        out, scratch = torch.full((q.numel(),), float("nan")), torch.full((q.numel(),), float("nan"))
+        assert torch.equal(dequantize(q, scales, code, out=out, scratch=scratch), formula)
+        assert torch.equal(out, formula)
+
+
+def test_the_steps_shared_buffers_change_no_number():
+    """One step works every chunk in the same three buffers: tensors of several chunks, a partial last chunk
+    and block, and an fp32-state tensor stepped together give what each stepped alone gives."""
+    gen = torch.Generator().manual_seed(3)
+    shapes = [(5 * BLOCK + 40,), (64,), (3 * BLOCK,), (2 * BLOCK + 1,)]
+    together = [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in shapes]
+    alone = [torch.nn.Parameter(p.detach().clone()) for p in together]
+    opt = AdamW8bit(together, chunk=2 * BLOCK, min_quantized=100, weight_decay=0.1)
+    opts = [AdamW8bit([p], chunk=2 * BLOCK, min_quantized=100, weight_decay=0.1) for p in alone]
+    for _ in range(3):
+        grads = [torch.randn(s, generator=gen) for s in shapes]
+        for a, b, g in zip(together, alone, grads):
+            a.grad, b.grad = g.clone(), g.clone()
+        opt.step()
+        for o in opts:
+            o.step()
+    for a, b, o in zip(together, alone, opts):
+        assert torch.equal(a, b)
+        assert all(torch.equal(opt.state[a][k], t) for k, t in o.state[b].items() if torch.is_tensor(t))
+
+
 def test_state_bytes_are_two_codes_and_two_scales_per_block_or_fp32_for_small_tensors():
     big, small = torch.nn.Parameter(torch.randn(40, 130)), torch.nn.Parameter(torch.randn(64))  # 5200: 21 blocks
     opt = AdamW8bit([big, small])

@@ -115,13 +115,24 @@ def quantize_(
     codes.copy_(y.copysign_(x) if code.dtype.is_signed else y)  # the copy casts to the code's integer type
 
 
-def dequantize(codes: torch.Tensor, scales: torch.Tensor, code: PowerCode) -> torch.Tensor:
-    """The fp32 values that `codes` (1-D) and their block `scales` stand for."""
-    x = codes.float().abs_()  # |q|
+def dequantize(
+    codes: torch.Tensor,
+    scales: torch.Tensor,
+    code: PowerCode,
+    out: torch.Tensor | None = None,
+    scratch: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The fp32 values that `codes` (1-D) and their block `scales` stand for.
+
+    `out`, an fp32 tensor as long as `codes`, receives them (else a new tensor does); `scratch`, one like it
+    that may be overwritten, holds a signed code's |q| (else a temporary does).
+    """
+    x = out.copy_(codes) if out is not None else codes.float()  # q (the copy casts the integers to fp32)
     for _ in range(code.square_roots):
-        x.mul_(x)  # |q| ** power
-    _scale_blocks_(x, scales / code.levels**code.power)  # (|q| / levels) ** power * scale
-    return x.copysign_(codes) if code.dtype.is_signed else x
+        # q ** 2, keeping q's sign for a signed code: x * |x| is sign(x) * x ** 2 exactly (a product's sign is
+        # the factors' sign, its magnitude that of |x| * |x|), one pass cheaper than squaring then copysign
+        x.mul_(torch.abs(x, out=scratch) if code.dtype.is_signed else x)
+    return _scale_blocks_(x, scales / code.levels**code.power)  # sign(q) * (|q| / levels) ** power * scale
 
 
 def quantize(x: torch.Tensor, code: PowerCode) -> tuple[torch.Tensor, torch.Tensor]:
@@ -143,17 +154,19 @@ def adamw_update_(
     betas: tuple[float, float],
     eps: float,
     weight_decay: float,
+    denom: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One AdamW update of fp32 tensors, in place, written as torch.optim.AdamW's for-loop version writes it.
 
-    Returns the tensor of sqrt(v) it divided by, which the caller may reuse as scratch.
+    Returns the tensor of sqrt(v) it divided by (written into `denom` if given), which the caller may reuse
+    as scratch.
     """
     beta1, beta2 = betas
     param.mul_(1 - lr * weight_decay)  # decoupled weight decay
     exp_avg.lerp_(grad, 1 - beta1)  # m = beta1 m + (1 - beta1) g
     exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)  # v = beta2 v + (1 - beta2) g^2
     bias_correction1, bias_correction2 = 1 - beta1**step, 1 - beta2**step  # the moments start at 0
-    denom = exp_avg_sq.sqrt().div_(math.sqrt(bias_correction2)).add_(eps)
+    denom = torch.sqrt(exp_avg_sq, out=denom).div_(math.sqrt(bias_correction2)).add_(eps)
     param.addcdiv_(exp_avg, denom, value=-lr / bias_correction1)
     return denom
 
@@ -201,6 +214,7 @@ class AdamW8bit(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        todo = []
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:
@@ -211,10 +225,23 @@ class AdamW8bit(torch.optim.Optimizer):
                 if not state:
                     state.update(self._new_state(p))
                 state["step"] += 1
-                self._update(p, state, group)
+                todo.append((p, state, group))
+        if todo:
+            buffers = self._buffers(todo)
+            for p, state, group in todo:
+                self._update(p, state, group, buffers)
         return loss
 
-    def _update(self, p: torch.Tensor, state: dict, group: dict) -> None:
+    def _buffers(self, todo: list) -> list[torch.Tensor]:
+        """The fp32 tensors every chunk of this step works in: m, v and sqrt(v) (only sqrt(v) if no moment is
+        quantized), each as long as the largest chunk. Made once per step, not per chunk: a new tensor of a few
+        MiB is fresh memory, mapped page by page as it is first written (on a CPU, an allocating sqrt took
+        several times as long as an in-place one). The peak is the same: the worst tensor's chunk needs all three."""
+        length = max(min(self.chunk, p.numel()) for p, _, _ in todo)
+        count = 3 if any("exp_avg_codes" in state for _, state, _ in todo) else 1
+        return [torch.empty(length, dtype=torch.float32, device=todo[0][0].device) for _ in range(count)]
+
+    def _update(self, p: torch.Tensor, state: dict, group: dict, buffers: list[torch.Tensor]) -> None:
         hyper = dict(step=state["step"], lr=group["lr"], betas=group["betas"], eps=group["eps"])
         hyper["weight_decay"] = group["weight_decay"]
         flat_p, flat_g = p.view(-1), p.grad.view(-1)
@@ -224,20 +251,21 @@ class AdamW8bit(torch.optim.Optimizer):
             blocks = slice(start // BLOCK, n_blocks(end))
             param = flat_p[start:end].float()  # the parameter itself when it is fp32: updated in place
             grad = flat_g[start:end].float()
+            scratch = buffers[-1][: end - start]  # sqrt(v), then the quantize's scratch
             if quantized:
-                m = dequantize(state["exp_avg_codes"][start:end], state["exp_avg_scales"][blocks], M_CODE)
-                v = dequantize(state["exp_avg_sq_codes"][start:end], state["exp_avg_sq_scales"][blocks], V_CODE)
+                m_codes, m_scales = state["exp_avg_codes"][start:end], state["exp_avg_scales"][blocks]
+                v_codes, v_scales = state["exp_avg_sq_codes"][start:end], state["exp_avg_sq_scales"][blocks]
+                m = dequantize(m_codes, m_scales, M_CODE, out=buffers[0][: end - start], scratch=scratch)
+                v = dequantize(v_codes, v_scales, V_CODE, out=buffers[1][: end - start])
             else:
                 m, v = state["exp_avg"][start:end], state["exp_avg_sq"][start:end]
-            scratch = adamw_update_(param, grad, m, v, **hyper)
+            adamw_update_(param, grad, m, v, **hyper, denom=scratch)
             if param.data_ptr() != flat_p.data_ptr() + start * flat_p.element_size():  # a 16-bit parameter
                 flat_p[start:end].copy_(param)
             if quantized:
-                codes, scales = state["exp_avg_codes"][start:end], state["exp_avg_scales"][blocks]
-                quantize_(m, M_CODE, codes, scales, scratch)
-                codes, scales = state["exp_avg_sq_codes"][start:end], state["exp_avg_sq_scales"][blocks]
-                quantize_(v, V_CODE, codes, scales, scratch)
-            del param, grad, m, v, scratch  # freed now, not when the next chunk's replace them
+                quantize_(m, M_CODE, m_codes, m_scales, scratch)
+                quantize_(v, V_CODE, v_codes, v_scales, scratch)
+            del param, grad  # (16-bit parameters' fp32 copies) freed now, not when the next chunk's replace them
 
     def load_state_dict(self, state_dict: dict) -> None:
         """torch's load, then the saved tensors put back as they were: torch would cast the codes to the
