@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import (
+    bench_accum_rss,
     bench_accumulation,
     bench_checkpointing,
     bench_compile,
@@ -47,6 +48,7 @@ BENCHMARKS = {
     "precision": bench_precision,
     "checkpointing": bench_checkpointing,
     "accumulation": bench_accumulation,
+    "accum_rss": bench_accum_rss,
     "memory_grid": bench_memory_grid,
     "compile": bench_compile,
     "sharding": bench_sharding,

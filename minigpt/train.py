@@ -27,6 +27,7 @@ from minigpt.config import TrainConfig, lr_at  # noqa: F401 - lr_at re-exported 
 from minigpt.data import TokenData, load_tokens
 from minigpt.device import pick_device
 from minigpt.finetune import base_entry, check_base, check_source, load_source
+from minigpt.heap import tame_heap
 from minigpt.lora import describe_trainable
 from minigpt.model import GPT
 from minigpt.optim import FUSED_ADAMW_DEVICES, MasterWeights, fused_adamw_supported, make_optimizer  # noqa: F401
@@ -228,6 +229,9 @@ def train(
     if cfg.compile:
         check_compile(device)
     torch.manual_seed(cfg.seed)  # dropout's RNG
+    # Without this, a CPU run's resident memory grows with the number of micro-batches (freed tensors stay in
+    # glibc's heap, in holes): minigpt.heap explains; bench_accum_rss measures it against --accum.
+    tame_heap()
     say = print if (cfg.verbose and rank == 0) else (lambda *a, **k: None)
     if world == 1 and cfg.shard != "none":
         say(f"--shard {cfg.shard} with one process: nothing to split, so it trains as --shard none")
