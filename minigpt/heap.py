@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
 # Above the 1 MiB blocks a 10m micro-batch allocates many times (MLP hidden states), which mmapped cost
@@ -45,7 +46,12 @@ def _glibc() -> ctypes.CDLL | None:
 
 
 def tame_heap(mmap_threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
-    """Fix glibc's mmap threshold at `mmap_threshold` bytes (it stops moving); False where there is no glibc."""
+    """Fix glibc's mmap threshold at `mmap_threshold` bytes (it stops moving); False where there is no glibc.
+
+    A threshold set in the environment (MALLOC_MMAP_THRESHOLD_, as `minigpt plan --budget` prints it) is the
+    caller's choice, and the plan's prediction assumes it: it is left alone (False)."""
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return False
     libc = _glibc()
     return bool(libc and libc.mallopt(M_MMAP_THRESHOLD, mmap_threshold))
 

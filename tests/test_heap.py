@@ -24,3 +24,10 @@ def test_on_glibc_the_threshold_is_set_and_trimming_runs():
     blocks = [bytearray(64 * 1024) for _ in range(200)]  # 12.5 MiB of heap blocks under the threshold
     del blocks[::2]  # holes inside the heap: what malloc_trim can hand back
     assert isinstance(heap.release_free_memory(), bool)
+
+
+def test_a_threshold_from_the_environment_is_left_alone(monkeypatch):
+    # `minigpt plan --budget` prints MALLOC_MMAP_THRESHOLD_=65536 before its command, and its predicted RSS
+    # assumes that threshold: train() must not replace it with its own
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    assert heap.tame_heap() is False
