@@ -21,8 +21,10 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(VENV)/bin/minigpt demo all
 
-# benchmarks/RESULTS.md and PNG plots: 42 min on a 2-core CPU that emulates bf16 (the memory grid takes 24 of
-# them), 13 min on a 2-core Xeon with AMX. Run it on a quiet machine.
+# benchmarks/RESULTS.md and PNG plots: about 85 min on a 2-core Xeon with AMX (the sum of the sections' times
+# in RESULTS.md; LoRA 29 min, the loss head and offloading 16), longer on a CPU that emulates bf16 (the memory
+# grid alone took 24 min there). Run it on a quiet machine; after a change to a few benchmarks,
+# `python -m benchmarks.run_all --only NAME ... --merge` re-measures those and keeps the other sections.
 bench: setup
 	$(PY) -m benchmarks.run_all
 
