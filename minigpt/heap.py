@@ -52,6 +52,11 @@ def tame_heap(mmap_threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     caller's choice, and the plan's prediction assumes it: it is left alone (False)."""
     if "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return False
+    return set_mmap_threshold(mmap_threshold)
+
+
+def set_mmap_threshold(mmap_threshold: int) -> bool:
+    """mallopt(M_MMAP_THRESHOLD): blocks of at least this many bytes get pages of their own; False without glibc."""
     libc = _glibc()
     return bool(libc and libc.mallopt(M_MMAP_THRESHOLD, mmap_threshold))
 

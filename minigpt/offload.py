@@ -35,12 +35,13 @@ from dataclasses import dataclass, field
 
 import torch
 
+from minigpt.heap import set_mmap_threshold
+
 # glibc's malloc serves blocks of at least this many bytes with their own memory map, which free() gives
 # back to the operating system at once. It raises the threshold by itself after a large block is freed
 # (up to 32 MiB), and then freed activations stay in its heap: the process's RSS would not drop. Fixing the
 # threshold (mallopt) turns that off. Other C libraries and operating systems keep their own rules.
 GLIBC_MMAP_THRESHOLD = 128 * 1024  # glibc's own starting value
-_M_MMAP_THRESHOLD = -3  # mallopt's parameter number, from glibc's malloc.h
 
 # Smaller saved tensors stay on the device: a write and a read cost more than they weigh (torchtune's
 # activation offloading uses the same 1 KiB floor). The estimator splits the activation table with it.
@@ -250,10 +251,7 @@ def _give_freed_memory_back() -> None:
     if _MALLOC_FIXED:
         return
     _MALLOC_FIXED.append(True)
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, GLIBC_MMAP_THRESHOLD)
-    except (OSError, AttributeError):  # not glibc (macOS, Windows, musl): its allocator has its own rules
-        pass
+    set_mmap_threshold(GLIBC_MMAP_THRESHOLD)  # a no-op where libc is not glibc: its allocator has its own rules
 
 
 def _storage_ref(t: torch.Tensor):
