@@ -9,7 +9,6 @@ The grader runs in a subprocess (`python -m pytest exercises/ ...`), as a learne
 
 import ast
 import csv
-import importlib.util
 import json
 import os
 import re
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from script_loader import load_script
 from tabulate import tabulate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,14 +30,7 @@ ANSI_COLOR = re.compile(r"\x1b\[[0-9;]*m")  # the colors of IPython's tracebacks
 pytestmark = pytest.mark.timeout(900)
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("make_exercises", ROOT / "scripts" / "make_exercises.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-make_exercises = _load_script()
+make_exercises = load_script("make_exercises")
 
 
 class Limiter:

@@ -1,7 +1,6 @@
 """`make classroom-template OUT=dir`: the course for learners, without the reference answers, grades as the course
 does and its stubs fail with their hints."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -9,16 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.timeout(600)
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("classroom_template", ROOT / "scripts" / "classroom_template.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("classroom_template")
 
 
 @pytest.fixture(scope="module")
