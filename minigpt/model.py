@@ -247,10 +247,13 @@ class GPT(nn.Module):
         x = self.emb_dropout(self.tok_emb(idx))
         mode = self.checkpointing if (self.training and torch.is_grad_enabled()) else "none"
         x = run_blocks(self.blocks, x, self.rope_cos, self.rope_sin, mode)
+        # Rebinding x lets the residual stream go before the loss head: the norm saved what its backward needs
+        # (a bf16-pure residual, or an offloaded one, would otherwise stay alive through the logits for nothing)
+        x = self.final_norm(x)
         if targets is not None and self.loss_chunks > 1:  # the (B, T, V) logits are never made whole
-            hidden = self.final_norm(x)
-            return None, chunked_cross_entropy(hidden, self.lm_head.weight, targets, self.loss_chunks, reduction)
-        logits = self.lm_head(self.final_norm(x))
+            return None, chunked_cross_entropy(x, self.lm_head.weight, targets, self.loss_chunks, reduction)
+        logits = self.lm_head(x)
+        del x  # the norm's output: lm_head saved its own (cast) copy for backward
         if targets is None:
             return logits, None
         return logits, cross_entropy_fp32(logits, targets, reduction)  # upcast to fp32 before the softmax

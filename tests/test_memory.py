@@ -513,7 +513,29 @@ def test_loss_chunks_and_offloading_are_predicted_within_1_percent(preset, preci
             # an upper bound there (memory/offloaded.py, region_reload): autograd reads a block back node by node
             assert rel_error(pred.moments[moment], live) <= 0.06
         else:
-            assert rel_error(pred.moments[moment], live) <= PEAK_TOLERANCE, moment
+            # 10m in bf16 with full checkpointing (make bench's baseline, which holds 125m to 2%): the moments
+            # within 1%. Before the final norm's backward and the embedding's were moments of their own,
+            # "backward: blocks" counted an (N, C) fp32 gradient too many (+2.0% with all four levers), and
+            # "forward" missed the residual stream the model held through the loss head (-2.1% offloaded).
+            # Left at PEAK_TOLERANCE: the loss head's backward with offloading, whose read-back of the
+            # log-softmax is an upper bound (memory/offloaded.py, head_reloads; +3.8% at this shape)
+            exact = preset == "10m" and not (moment == "backward: loss head" and "offload_activations" in kw)
+            tolerance = 0.01 if exact else PEAK_TOLERANCE
+            assert rel_error(pred.moments[moment], live) <= tolerance, moment
+
+
+def test_all_four_levers_on_10m_every_moment_within_half_a_percent():
+    """make bench's all-four row, scaled down: 10m, bf16, full checkpointing, 4 x 256 tokens (about 3 s).
+
+    Tokens enough for an (N, C) fp32 tensor to be 1.2% of a moment: the estimate once counted the residual
+    stream's gradient at the final norm's backward inside a recomputed block (+1.4% at "backward: blocks") and
+    beside the embedding's summed gradient (+1.2%). What is left: +0.4%, the recomputed block's MLP moment.
+    """
+    cfg, kw = get_config("10m"), HEAD_AND_OFFLOAD_LEVERS["all four"]
+    meas = memory.measure(cfg, 4, 256, "bf16", "full", **kw)
+    pred = memory.estimate(cfg, 4, 256, "bf16", "full", device="cpu", **kw)
+    for moment, live in meas.moments.items():
+        assert rel_error(pred.moments[moment], live) <= 0.005, moment
 
 
 def test_each_head_and_offload_lever_shows_as_the_terms_it_changes():

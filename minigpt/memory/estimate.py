@@ -70,14 +70,22 @@ def _block_matrix_params(cfg: ModelConfig) -> int:
 
 
 def _block_backward(cfg: ModelConfig, tokens: int, w: Widths) -> int:
-    """Working memory of one block's backward: the residual stream's gradient + the worst of 3 moments."""
+    """Working memory of one block's backward, at its MLP: the residual stream's gradient + the worse of 2 moments.
+
+    The block's own RMSNorms run backward later, once the MLP's activations are freed: never its worst moment.
+    """
     C, H, a = cfg.n_embd, cfg.mlp_hidden, w.compute
     residual_grad = w.residual * C * tokens
     mlp = residual_grad + 3 * a * H * tokens  # gradients of down's input, of SiLU(gate) and of up, all at once
     gate_up_weight_grad_16bit = 2 * C * H if w.autocast else 0  # gate's/up's weight gradient before its fp32 cast
     mlp_weights = residual_grad + (2 * a * H + a * C) * tokens + gate_up_weight_grad_16bit
-    norm = residual_grad + 5 * 4 * C * tokens  # RMSNorm's backward: five fp32 temporaries of (N, C)
-    return max(mlp, mlp_weights, norm)
+    return max(mlp, mlp_weights)
+
+
+def _final_norm_backward(cfg: ModelConfig, tokens: int, w: Widths) -> int:
+    """Working memory of the final RMSNorm's backward, before any block's: the residual stream's gradient and
+    five fp32 temporaries of (N, C)."""
+    return w.residual * cfg.n_embd * tokens + 5 * 4 * cfg.n_embd * tokens
 
 
 def _recomputed(cfg: ModelConfig, batch: int, ctx: int, w: Widths, mode: str, device: str) -> list[int]:
@@ -112,6 +120,7 @@ class _Transients:
     lm_head_grad_16bit: int  # autocast: lm_head's matmul makes its (V, C) gradient in 16 bits first
     recomputed: list[int]  # per checkpointed region: what backward recomputes (see _recomputed)
     block_backward: int  # working memory of one block's backward (see _block_backward)
+    final_norm_backward: int  # working memory of the final norm's backward, first in the blocks' phase
     grad_into_embedding: int  # the (N, C) gradient reaching the embedding, alive during its backward
     weight_copies: int  # autocast: 16-bit copies of every weight matrix, all alive in its cache in the forward
     optimizer_step: int  # clip_grad_norm_'s norms, AdamW's temporaries, fp16's found-inf flag
@@ -123,15 +132,17 @@ class _Transients:
 
     @property
     def activation_grads(self) -> int:
-        """The worst of three moments: lm_head's gradient, a (recomputed) block's backward, the embedding's.
+        """The worst of four moments: lm_head's gradient, the final norm's backward, a (recomputed) block's
+        backward, the embedding's.
 
         The tied embedding gets two (V, C) gradients: lm_head's, early in backward (it waits), and the
         embedding's, at the very end; autograd sums them into a third, the .grad.
         """
         lm_head = self.head.grads
+        final_norm = self.tied_embedding_grad + self.final_norm_backward
         block = self.tied_embedding_grad + max(self.recomputed) + self.block_backward
         embedding = 2 * self.tied_embedding_grad + self.grad_into_embedding
-        return max(lm_head, block, embedding)
+        return max(lm_head, final_norm, block, embedding)
 
 
 def _transients(
@@ -170,6 +181,7 @@ def _transients(
         lm_head_grad_16bit=2 * V * C if w.autocast else 0,
         recomputed=_recomputed(cfg, batch, ctx, w, mode, device),
         block_backward=_block_backward(cfg, tokens, w),
+        final_norm_backward=_final_norm_backward(cfg, tokens, w),
         grad_into_embedding=w.residual * C * tokens,
         weight_copies=2 * matrix_params(cfg) if w.autocast else 0,
         optimizer_step=step_bytes + found_inf,
@@ -192,7 +204,7 @@ def _always_alive(
 def _backward_through_blocks(
     cfg: ModelConfig, w: Widths, mode: str, t: _Transients, kept_per_region: int, in_backward_step: int | None = None
 ) -> int:
-    """The worst region of backward through the blocks, which goes one region at a time from the top.
+    """The worst moment of backward through the blocks: the final norm's, then one region at a time from the top.
 
     At region i: the regions below it (it included) still hold their activations, the gradients of the
     blocks above exist, and this region is recomputed. Autocast's weight copies: without checkpointing,
@@ -202,7 +214,12 @@ def _backward_through_blocks(
     """
     regions = _regions(cfg, mode)
     copies_per_block = 2 * _block_matrix_params(cfg) if w.autocast else 0
-    worst = 0
+    # first the final norm's backward: every region's activations, no block's gradient or recomputation yet
+    worst = (
+        len(regions) * kept_per_region
+        + t.final_norm_backward
+        + (copies_per_block * cfg.n_layer if mode == "none" else 0)
+    )
     for i, blocks in enumerate(regions):
         activations_left = (i + 1) * kept_per_region
         grads_above = w.model * (_block_params(cfg) * sum(regions[i + 1 :]) + cfg.n_embd)  # + final norm's gain
@@ -240,6 +257,8 @@ def _moments(
     # in the loss head's moments)
     block_copies = 2 * cfg.n_layer * _block_matrix_params(cfg) if (w.autocast and mode == "none") else 0
     model_grads = w.model * count_params(cfg)  # every gradient as backward makes it, in the model's dtype
+    # at the embedding: its own gradient being made beside the (N, C) gradient reaching it, or then their sum
+    embedding_in_flight = max(t.tied_embedding_grad, t.grad_into_embedding)
     moments = {
         # at the loss: every activation, all weight copies (autocast's cache), the logits and their fp32 upcast
         "forward": always + activations + t.weight_copies + t.head.forward,
@@ -252,12 +271,13 @@ def _moments(
         + embedding_saved
         + _backward_through_blocks(cfg, w, mode, t, kept_per_region, in_backward[0] if in_backward else None),
         # the embedding's gradient, lm_head's, and their sum (the .grad, counted in model_grads)
-        "backward: embedding": always + model_grads + 2 * t.tied_embedding_grad + t.grad_into_embedding + t.logits_held,
+        # (the (N, C) gradient reaching it lives while the embedding's is made, and is gone by the sum)
+        "backward: embedding": always + model_grads + t.tied_embedding_grad + embedding_in_flight + t.logits_held,
         "optimizer": always + gradients + t.optimizer_step,
     }
     if in_backward:  # the step in backward: each gradient is gone once its parameter is stepped
         # the embedding's two gradients and their sum (its .grad, the only gradient left); then its hook's step
-        summed = always + 3 * t.tied_embedding_grad + t.grad_into_embedding + t.logits_held
+        summed = always + 2 * t.tied_embedding_grad + embedding_in_flight + t.logits_held
         moments["backward: embedding"] = max(summed, always + t.logits_held + in_backward[1])
         moments["optimizer"] = always  # nothing left to step: the schedule moves, the grad norm is read
     return moments
