@@ -4,15 +4,13 @@ Each row is a fresh `python -m minigpt train` process (one optimizer step of bat
 peak RSS is read with getrusage(RUSAGE_CHILDREN) in a small parent process of its own, so no row sees
 another's peak. The verdict: every row within 5% of accum 1.
 
-A control for the last row: accum 1 run for as many optimizer steps as that row has micro-batches. It runs
-the same number of forward/backward passes without accumulating; where it grows as much as the row, the growth
-is the C allocator's heap (glibc keeps freed memory, in pieces, as a process runs), not something accumulation
-holds. train() tames that heap at its start (minigpt.heap); before it did, accum 256 measured +9-12%.
+train() fixes glibc's mmap threshold at its start (minigpt.heap): before it did, accum 256 measured +9-12%,
+and as much as 256 optimizer steps without accumulation (the C heap's holes, not anything accumulation holds).
 
-About 3 minutes on an idle 2-core machine (one 10m run of 1 + 16 + 64 + 256 micro-batches, then the control's
-256); --quick (tiny preset) takes seconds.
+About 3 minutes on an idle 2-core machine (one 10m run each of 1, 16, 64 and 256 micro-batches); --quick (tiny
+preset) takes seconds.
 
-    python -m benchmarks.bench_accum_rss [--quick] [--accums 1,16,64,256] [--no-control]
+    python -m benchmarks.bench_accum_rss [--quick] [--accums 1,16,64,256]
 """
 
 from __future__ import annotations
@@ -58,7 +56,7 @@ def peak_rss_bytes(preset: str, batch: int, ctx: int, accum: int, steps: int = 1
     return int(done.stdout.strip()) * scale
 
 
-def measure_rows(quick: bool, accums: tuple[int, ...] | None = None, control: bool = True) -> tuple[list[dict], str]:
+def measure_rows(quick: bool, accums: tuple[int, ...] | None = None) -> tuple[list[dict], str]:
     """One row per accumulation (peak RSS, change from the first row) and the line that says what ran."""
     size = SIZES[quick]
     accums = accums or size["accums"]
@@ -76,9 +74,6 @@ def measure_rows(quick: bool, accums: tuple[int, ...] | None = None, control: bo
             }
         )
         print(f"accum_rss: accum {accum}: {peak / 2**20:,.0f} MiB", file=sys.stderr, flush=True)
-    if control:  # the same number of forward/backward passes as the last row, without accumulation
-        control_peak = peak_rss_bytes(size["preset"], size["batch"], size["ctx"], 1, steps=accums[-1])
-        rows[-1]["control: accum 1 x steps MiB"] = f"{control_peak / 2**20:,.0f} ({control_peak / base - 1:+.1%})"
     what = f"{size['preset']}, --batch {size['batch']} --ctx {size['ctx']}, one optimizer step, fp32 on the CPU"
     return rows, what
 
@@ -109,10 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny preset, two rows (seconds)")
     parser.add_argument("--accums", help="comma-separated accumulation steps (default: 1,16,64,256)")
-    parser.add_argument("--no-control", action="store_true", help="skip the accum-1 control run")
     args = parser.parse_args(argv)
     accums = tuple(int(a) for a in args.accums.split(",")) if args.accums else None
-    rows, what = measure_rows(args.quick, accums, control=not args.no_control)
+    rows, what = measure_rows(args.quick, accums)
     print(body_of(rows, what))
     check = verdict(rows)
     print(check.line())

@@ -217,12 +217,21 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
     if "125m" in plot:
         terms = predicted["all four"]  # the 125m step's, the last preset measured
         moment = max(terms.moments, key=terms.moments.get)
+        cfg = get_config("125m")
+        tied = 4 * cfg.vocab_size * cfg.n_embd  # lm_head's fp32 gradient of the tied embedding
+        block = terms.activation_grads - tied  # one recomputed block and its backward's working memory
+        rest = terms.peak - terms.weights - terms.optimizer - tied - block
+        room = MAX_ALL_FOUR_PEAK - terms.weights - terms.optimizer - tied
         what_remains = (
-            f"What the four levers leave at the 125m peak ({moment}, {terms.peak / MIB:,.0f} MiB predicted): "
-            f"the fp32 weights {terms.weights / MIB:,.0f} MiB, their bf16 autocast copies "
-            f"{terms.weight_copies / MIB:,.0f}, the 8-bit moments {terms.optimizer / MIB:,.0f}, and one block's "
-            f"backward (its recomputed activations and their gradients) {terms.activation_grads / MIB:,.0f}: none of "
-            "the four touches the weights or a block's backward; a smaller micro-batch shrinks the last."
+            f"What the four levers leave at the 125m peak ({moment}, {terms.peak / MIB:,.0f} MiB predicted): the "
+            f"fp32 weights {terms.weights / MIB:,.0f} MiB, the 8-bit moments {terms.optimizer / MIB:,.0f}, "
+            f"lm_head's fp32 gradient of the tied embedding {tied / MIB:,.0f} (it waits through the blocks' backward "
+            "for the embedding's own: the step in backward updates the matrix once, with both), one recomputed "
+            f"block with its backward {block / MIB:,.0f}, and {rest / MIB:,.0f} more (that block's bf16 weight "
+            "copies, its offloaded input read back, the token ids). None of the four levers shrinks the first "
+            f"three, which leave {room / MIB:,.0f} MiB of the 1,000 for a block's backward that needs "
+            f"{block / MIB:,.0f}: the target is out of their reach at 8 x 1024. bf16 weights (the last row) or a "
+            "smaller micro-batch reach it."
         )
     else:
         what_remains = ""

@@ -1,22 +1,21 @@
-"""The C heap under the CPU tensors: keep a long run's resident memory from creeping up (glibc only).
+"""The C heap under the CPU tensors: keep a run's resident memory flat in --accum (glibc only).
 
-On the CPU, PyTorch gets tensor memory from the C library's malloc. glibc's malloc serves small and
-medium blocks from one big heap that grows upward, and large blocks (over the "mmap threshold") from
-pages of their own, handed back to the OS on free. When a block inside the heap is freed, glibc keeps
-it for the next malloc instead of returning it: the OS only gets memory back from the heap's very top,
-and a few live blocks scattered among the freed ones pin the pages around them. Worse, the threshold
-moves: once a large mmapped block is freed, glibc raises the threshold to its size (up to 32 MiB), so
-from then on the 8 MiB logits of every micro-batch land in the heap too, and the holes they leave fill
-unevenly. A long run, many micro-batches of forward and backward, makes the process's resident memory
-(RSS) grow by tens of MiB though no tensor outlives its micro-batch; `benchmarks/bench_accum_rss.py`
-measured +9-12% from --accum 1 to 256, and as much from 256 optimizer steps without accumulation.
+On the CPU, PyTorch gets tensor memory from the C library's malloc. glibc's malloc serves blocks under the
+"mmap threshold" from one big heap, and larger ones from pages of their own, handed back to the OS on free.
+A block freed inside the heap stays there for the next malloc: the OS gets memory back only from the heap's
+top, and live blocks scattered among the freed ones pin the pages around them. Worse, the threshold moves:
+once a large mmapped block is freed, glibc raises the threshold to its size (up to 32 MiB), so from then on
+the activations of every micro-batch land in the heap, and the holes they leave fill unevenly. Many
+micro-batches in a row then make the resident memory (RSS) creep up though no tensor outlives its
+micro-batch: `benchmarks/bench_accum_rss.py` measured +9-12% from --accum 1 to 256 on 10m (2 x 128 tokens).
 
-`tame_heap()` (once, when a run starts) fixes the mmap threshold, so large blocks keep their own pages
-and go back to the OS when freed; `release_free_memory()` (malloc_trim(0)) asks glibc to hand back the
-free pages anywhere in the heap, not only at its top (forward_backward calls it every few micro-batches on
-the CPU). Together, measured: accum 256 within 4% of accum 1 (+9-12% before), for ~2% step time. Both are
-no-ops where libc has no such functions (macOS, Windows, musl). Setting MALLOC_MMAP_THRESHOLD_ in the
-environment does the same as tame_heap, but glibc reads it only when the process starts.
+`tame_heap()`, once when a run starts, fixes the threshold at glibc's own starting value, 128 KiB: every
+activation-sized block gets pages of its own and gives them back when freed, and the heap keeps only small
+things. Measured on 10m, 2 x 128 tokens: accum 256 within 2% of accum 1 (the creep is gone). The price is a
+page fault per new page of those blocks, and it depends on the micro-batch: -12% tokens/s at 2 x 128, +8% at
+8 x 256 (the moving threshold had cost more there), with 8% less peak RSS. A no-op where libc is not glibc
+(macOS, Windows, musl: their allocators keep their own rules). MALLOC_MMAP_THRESHOLD_ in the environment
+does the same, but glibc reads it only when the process starts.
 """
 
 from __future__ import annotations
@@ -27,20 +26,18 @@ import functools
 import os
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
-# Above the 1 MiB blocks a 10m micro-batch allocates many times (MLP hidden states), which mmapped cost
-# ~15% step time in page faults; below its 8 MiB logits, the blocks that fragment the heap most.
-MMAP_THRESHOLD_BYTES = 4 * 2**20
+MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's starting value, which it would otherwise raise as the run goes
 
 
 @functools.cache
 def _glibc() -> ctypes.CDLL | None:
-    """The C library if it is glibc (it has mallopt and malloc_trim), else None."""
+    """The C library if it is glibc (it has mallopt), else None."""
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name)
     except OSError:
         return None
-    if not all(hasattr(libc, f) for f in ("mallopt", "malloc_trim", "gnu_get_libc_version")):
+    if not all(hasattr(libc, f) for f in ("mallopt", "gnu_get_libc_version")):
         return None
     return libc
 
@@ -59,9 +56,3 @@ def set_mmap_threshold(mmap_threshold: int) -> bool:
     """mallopt(M_MMAP_THRESHOLD): blocks of at least this many bytes get pages of their own; False without glibc."""
     libc = _glibc()
     return bool(libc and libc.mallopt(M_MMAP_THRESHOLD, mmap_threshold))
-
-
-def release_free_memory() -> bool:
-    """malloc_trim(0): give the heap's free pages back to the OS. True if any were; False without glibc."""
-    libc = _glibc()
-    return bool(libc and libc.malloc_trim(0))

@@ -35,13 +35,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from minigpt.heap import set_mmap_threshold
+from minigpt.heap import MMAP_THRESHOLD_BYTES, set_mmap_threshold
 
-# glibc's malloc serves blocks of at least this many bytes with their own memory map, which free() gives
-# back to the operating system at once. It raises the threshold by itself after a large block is freed
-# (up to 32 MiB), and then freed activations stay in its heap: the process's RSS would not drop. Fixing the
-# threshold (mallopt) turns that off. Other C libraries and operating systems keep their own rules.
-GLIBC_MMAP_THRESHOLD = 128 * 1024  # glibc's own starting value
+# glibc's mmap threshold, fixed as train() fixes it (minigpt.heap explains): freed activations then leave the
+# process's RSS at once, instead of staying in its heap. Other C libraries keep their own rules.
+GLIBC_MMAP_THRESHOLD = MMAP_THRESHOLD_BYTES
 
 # Smaller saved tensors stay on the device: a write and a read cost more than they weigh (torchtune's
 # activation offloading uses the same 1 KiB floor). The estimator splits the activation table with it.

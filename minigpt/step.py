@@ -25,7 +25,6 @@ import torch.nn as nn
 from minigpt import parallel
 from minigpt.config import TrainConfig, lr_at
 from minigpt.data import TokenData
-from minigpt.heap import release_free_memory
 from minigpt.lora import add_adapters, has_adapters, load_trainable, trainable_state
 from minigpt.model import GPT, IGNORE_INDEX, ModelConfig
 from minigpt.offload import ActivationOffloader, make_offload_folder
@@ -33,11 +32,6 @@ from minigpt.offload import saving as offload_saving
 from minigpt.optim import MasterWeights, make_optimizer
 from minigpt.optim.in_backward import StepInBackward
 from minigpt.precision import autocast_context
-
-# Micro-batches between two malloc_trim calls on the CPU (see forward_backward). Measured on 10m, 2 x 128 tokens
-# per micro-batch: every 4 costs ~2% step time and keeps accum 256 within 4% of accum 1's peak RSS; every 1 costs
-# ~12% (the trimmed pages fault back in, zero-filled, on the next micro-batch); every 16 kept nothing off.
-TRIM_EVERY = 4
 
 
 def check_compile(device: torch.device) -> None:
@@ -101,11 +95,6 @@ def forward_backward(
         # keeps the heap from being reused), kept on the device: summed.item() here would make the CPU wait
         # for the GPU every micro-batch.
         total = summed.detach().clone() if total is None else total.add_(summed.detach())
-        if device.type == "cpu" and (i + 1) % TRIM_EVERY == 0:
-            # The micro-batches' activations are freed, into holes in the C heap; hand those pages back to the OS
-            # now and then, or the next micro-batches' allocations land around them and the process creeps up
-            # with accum (minigpt.heap explains).
-            release_free_memory()
     return parallel.sum_across_processes(total) / n_tokens
 
 
