@@ -228,10 +228,10 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
             f"lm_head's fp32 gradient of the tied embedding {tied / MIB:,.0f} (it waits through the blocks' backward "
             "for the embedding's own: the step in backward updates the matrix once, with both), one recomputed "
             f"block with its backward {block / MIB:,.0f}, and {rest / MIB:,.0f} more (that block's bf16 weight "
-            "copies, its offloaded input read back, the token ids). None of the four levers shrinks the first "
-            f"three, which leave {room / MIB:,.0f} MiB of the 1,000 for a block's backward that needs "
-            f"{block / MIB:,.0f}: the target is out of their reach at 8 x 1024. bf16 weights (the last row) or a "
-            "smaller micro-batch reach it."
+            "copies, its offloaded input read back, the token ids). The first three are what the levers leave of "
+            f"weights, optimizer state and gradients, and they leave {room / MIB:,.0f} MiB of the 1,000 for a "
+            f"block's backward that needs {block / MIB:,.0f}: the target is out of their reach at 8 x 1024. bf16 "
+            "weights (the last row) or a smaller micro-batch reach it."
         )
     else:
         what_remains = ""
