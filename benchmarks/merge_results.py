@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from minigpt.results import measured_when
+
 SECTION_START = re.compile(r"^## (?!Targets:)(.+)$", re.MULTILINE)
 NUMBER = re.compile(r"^(\d+)([a-z]?)\.")
 
@@ -36,15 +38,6 @@ def _cells(line: str) -> list[str]:
     return [p.strip().replace("\\|", "|") for p in parts]
 
 
-def header_value(text: str, what: str) -> str | None:
-    """A value of the header table (`| date | 2026-11-24 12:06 UTC |`), or None."""
-    match = re.search(rf"^\| {re.escape(what)} +\|(.*)\|\s*$", text, re.MULTILINE)
-    return match.group(1).strip() if match else None
-
-
-KEPT_ROW = "sections kept from an earlier run"
-
-
 def section_number(title: str) -> str:
     """'9b. 8-bit AdamW' -> '9b' (the title itself when it has no number)."""
     match = NUMBER.match(title)
@@ -53,12 +46,6 @@ def section_number(title: str) -> str:
 
 def earlier_sections(text: str) -> list[KeptSection]:
     """Every benchmark section of an earlier RESULTS.md, with its rows of the targets table and its date."""
-    when = f"{header_value(text, 'date')} on {header_value(text, 'device')}"
-    # a section that file had itself kept from a still earlier run keeps that run's date: "0, 2: measured X; ..."
-    kept_when = {}
-    for group in (header_value(text, KEPT_ROW) or "").split("; "):
-        numbers, _, measured = group.partition(": measured ")
-        kept_when.update({number.strip(): measured for number in numbers.split(",") if measured})
     rows: dict[str, list[list[str]]] = {}
     targets = re.search(r"^## Targets:.*?\n\n(.*?)(?=\n\n|\Z)", text, re.MULTILINE | re.DOTALL)
     for line in targets.group(1).splitlines()[2:] if targets else []:  # past the header and |---| lines
@@ -70,7 +57,8 @@ def earlier_sections(text: str) -> list[KeptSection]:
     for k, start in enumerate(starts):
         end = starts[k + 1].start() if k + 1 < len(starts) else len(text)
         title = start.group(1).strip()
-        measured = kept_when.get(section_number(title), when)
+        # a section that file had itself kept from a still earlier run keeps that run's date
+        measured = measured_when(text, section_number(title))
         sections.append(KeptSection(title, text[start.start() : end].strip(), rows.get(title, []), measured))
     return sections
 

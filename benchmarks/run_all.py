@@ -38,8 +38,9 @@ from benchmarks import (
     bench_sharding,
 )
 from benchmarks.benchlib import Check, Section, machine_is_busy, machine_rows, table, token_data
-from benchmarks.merge_results import KEPT_ROW, KeptSection, kept_sections, order_key, section_number
+from benchmarks.merge_results import KeptSection, kept_sections, order_key, section_number
 from minigpt.data import TokenData
+from minigpt.results import KEPT_ROW
 
 BENCHMARKS = {
     "corpus": bench_corpus,
