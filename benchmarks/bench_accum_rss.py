@@ -44,10 +44,10 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)  # KiB on Linux
 """
 
 
-def peak_rss_bytes(preset: str, batch: int, ctx: int, accum: int, steps: int = 1) -> int:
-    """Peak RSS of one `minigpt train` run of `steps` optimizer steps with this accumulation."""
+def peak_rss_bytes(preset: str, batch: int, ctx: int, accum: int) -> int:
+    """Peak RSS of one `minigpt train` run of one optimizer step with this accumulation."""
     train = [sys.executable, "-m", "minigpt", "train", "--preset", preset, "--batch", str(batch), "--ctx", str(ctx)]
-    train += ["--accum", str(accum), "--steps", str(steps), "--device", "cpu", "--json"]
+    train += ["--accum", str(accum), "--steps", "1", "--device", "cpu", "--json"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-c", MEASURE, *train], env=env, capture_output=True, text=True)
     if done.returncode:

@@ -27,7 +27,9 @@ import torch
 from benchmarks.benchlib import MIB, Check, Section, clock, main_for, median_spread, pyplot, save_figure, table
 from minigpt.config import TrainConfig
 from minigpt.data import TokenData
+from minigpt.heap import MMAP_THRESHOLD_BYTES
 from minigpt.memory import estimate, measure
+from minigpt.memory.breakdown import widths
 from minigpt.model import get_config
 from minigpt.step import build_step_state, train_step
 
@@ -121,7 +123,7 @@ def rss_step_growth(size: dict, levers: dict) -> int | None:
     cfg = _train_config(size, levers)
     settings = {k: getattr(cfg, k) for k in ("preset", "precision", "checkpointing", "batch", "ctx", "grad_clip")}
     settings.update(levers)
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD_BYTES)}
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     run = subprocess.run(
@@ -218,7 +220,7 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
         terms = predicted["all four"]  # the 125m step's, the last preset measured
         moment = max(terms.moments, key=terms.moments.get)
         cfg = get_config("125m")
-        tied = 4 * cfg.vocab_size * cfg.n_embd  # lm_head's fp32 gradient of the tied embedding
+        tied = widths(PRECISION).model * cfg.vocab_size * cfg.n_embd  # lm_head's gradient of the tied embedding
         block = terms.activation_grads - tied  # one recomputed block and its backward's working memory
         rest = terms.peak - terms.weights - terms.optimizer - tied - block
         room = MAX_ALL_FOUR_PEAK - terms.weights - terms.optimizer - tied

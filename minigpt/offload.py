@@ -37,10 +37,6 @@ import torch
 
 from minigpt.heap import MMAP_THRESHOLD_BYTES, set_mmap_threshold
 
-# glibc's mmap threshold, fixed as train() fixes it (minigpt.heap explains): freed activations then leave the
-# process's RSS at once, instead of staying in its heap. Other C libraries keep their own rules.
-GLIBC_MMAP_THRESHOLD = MMAP_THRESHOLD_BYTES
-
 # Smaller saved tensors stay on the device: a write and a read cost more than they weigh (torchtune's
 # activation offloading uses the same 1 KiB floor). The estimator splits the activation table with it.
 OFFLOAD_MIN_BYTES = 1024
@@ -249,7 +245,7 @@ def _give_freed_memory_back() -> None:
     if _MALLOC_FIXED:
         return
     _MALLOC_FIXED.append(True)
-    set_mmap_threshold(GLIBC_MMAP_THRESHOLD)  # a no-op where libc is not glibc: its allocator has its own rules
+    set_mmap_threshold(MMAP_THRESHOLD_BYTES)  # as train() does (minigpt.heap); a no-op where libc is not glibc
 
 
 def _storage_ref(t: torch.Tensor):

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import torch
 
-from minigpt import memory, offload, step
+from minigpt import heap, memory, offload, step
 from minigpt.cli import main
 from minigpt.config import TrainConfig
 from minigpt.model import get_config
@@ -200,7 +200,7 @@ def rss_growth(levers: dict) -> dict[str, int]:
     """Peak RSS minus RSS before, in a fresh process (10m, 4 x 256 tokens, fp32): to the loss, and the window."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if not levers.get("offload_activations"):  # (the offloader fixes malloc's threshold itself)
-        env["MALLOC_MMAP_THRESHOLD_"] = str(offload.GLIBC_MMAP_THRESHOLD)
+        env["MALLOC_MMAP_THRESHOLD_"] = str(heap.MMAP_THRESHOLD_BYTES)
     run = subprocess.run([sys.executable, "-c", RSS_PROBE, json.dumps(levers)], env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout)
@@ -221,7 +221,7 @@ def test_the_peak_rss_of_a_fresh_process_agrees_with_the_prediction():
 
     glibc keeps freed blocks in its heap once a large one is freed, so the plain run's RSS would stay high
     for reasons that are not tensors: it fixes malloc's mmap threshold through the environment, the
-    offloaded run through the offloader (minigpt.offload.GLIBC_MMAP_THRESHOLD). To the end of the forward,
+    offloaded run through the offloader (minigpt.heap.MMAP_THRESHOLD_BYTES). To the end of the forward,
     where offloading saves the most, both agree within 0.5% on this machine (322 and 67 MB); 3% leaves
     room for Python's own objects. The whole window's peak is at most the prediction plus that: RSS counts
     only the pages a process has touched, and some (N, V) and (V, C) gradients, made as zeros and filled
