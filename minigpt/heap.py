@@ -11,11 +11,11 @@ micro-batch: `benchmarks/bench_accum_rss.py` measured +9-12% from --accum 1 to 2
 
 `tame_heap()`, once when a run starts, fixes the threshold at glibc's own starting value, 128 KiB: every
 activation-sized block gets pages of its own and gives them back when freed, and the heap keeps only small
-things. Measured on 10m, 2 x 128 tokens: accum 256 within 2% of accum 1 (the creep is gone). The price is a
-page fault per new page of those blocks, and it depends on the micro-batch: -12% tokens/s at 2 x 128, +8% at
-8 x 256 (the moving threshold had cost more there), with 8% less peak RSS. A no-op where libc is not glibc
-(macOS, Windows, musl: their allocators keep their own rules). MALLOC_MMAP_THRESHOLD_ in the environment
-does the same, but glibc reads it only when the process starts.
+things. Measured on 10m, 2 x 128 tokens (benchmarks/bench_accum_rss.py): accum 256 within 2% of accum 1, the
+creep gone. The price is a page fault per new page of those blocks: it weighs most where micro-batches are
+smallest, and fixing the threshold also spares the heap growth a moving threshold caused at larger ones.
+A no-op where libc is not glibc (macOS, Windows, musl: their allocators keep their own rules).
+MALLOC_MMAP_THRESHOLD_ in the environment does the same, but glibc reads it only when the process starts.
 """
 
 from __future__ import annotations
