@@ -107,8 +107,8 @@ class ChunkedCrossEntropy(torch.autograd.Function):
             torch.mm(g, w, out=gh_c)  # this chunk's rows of d hidden
             if g.dtype == torch.float32:
                 grad_w.addmm_(g.t(), h_c)
-            else:  # a 16-bit matmul cannot add into an fp32 sum: its (V, C) result first, then the sum
-                grad_w += g.t() @ h_c
+            else:  # a 16-bit matmul cannot add into an fp32 sum: its (V, C) result, cast to fp32, then the sum
+                grad_w += (g.t() @ h_c).float()  # (the cast add_ would make inside itself anyway)
             del g
         return grad_h.to(ctx.hidden_dtype), grad_w.to(weight.dtype), None, None
 

@@ -27,6 +27,7 @@ from minigpt.memory.optimizer_state import (
 )
 from minigpt.memory.static_state import (
     fsdp_shard_params,
+    master_conversion_bytes,
     matrix_params,
     sharded_state_bytes,
     static_bytes,
@@ -117,6 +118,7 @@ class _Transients:
     loss_grads: int  # cross-entropy's backward: nll_loss's and log_softmax's fp32 (N, V) gradients, at once
     logits_grad: int  # then the gradient of the logits themselves, in the compute dtype
     tied_embedding_grad: int  # ONE (V, C) gradient of the tied embedding, in the model's dtype
+    tied_sum: int  # the sum of its two gradients as a new (V, C) tensor, or 0 where autograd adds in place
     lm_head_grad_16bit: int  # autocast: lm_head's matmul makes its (V, C) gradient in 16 bits first
     recomputed: list[int]  # per checkpointed region: what backward recomputes (see _recomputed)
     block_backward: int  # working memory of one block's backward (see _block_backward)
@@ -178,6 +180,10 @@ def _transients(
         loss_grads=head.loss_grads,
         logits_grad=head.logits_grad,
         tied_embedding_grad=w.model * V * C,
+        # Autograd adds one gradient into the other in place when it holds a plain tensor of its own: the
+        # fp32 cast of autocast's 16-bit gradient, or the chunked loss's fp32 sum. Plain lm_head's gradient
+        # arrives as a view (the transpose of its matmul's), so there the sum is a new tensor.
+        tied_sum=0 if (w.autocast or loss_chunks > 1) else w.model * V * C,
         lm_head_grad_16bit=2 * V * C if w.autocast else 0,
         recomputed=_recomputed(cfg, batch, ctx, w, mode, device),
         block_backward=_block_backward(cfg, tokens, w),
@@ -258,7 +264,8 @@ def _moments(
     block_copies = 2 * cfg.n_layer * _block_matrix_params(cfg) if (w.autocast and mode == "none") else 0
     model_grads = w.model * count_params(cfg)  # every gradient as backward makes it, in the model's dtype
     # at the embedding: its own gradient being made beside the (N, C) gradient reaching it, or then their sum
-    embedding_in_flight = max(t.tied_embedding_grad, t.grad_into_embedding)
+    # (a new tensor, made once the (N, C) one is gone), where the sum is not made in place
+    embedding_in_flight = max(t.tied_sum, t.grad_into_embedding)
     moments = {
         # at the loss: every activation, all weight copies (autocast's cache), the logits and their fp32 upcast
         "forward": always + activations + t.weight_copies + t.head.forward,
@@ -270,8 +277,7 @@ def _moments(
         + t.tied_embedding_grad
         + embedding_saved
         + _backward_through_blocks(cfg, w, mode, t, kept_per_region, in_backward[0] if in_backward else None),
-        # the embedding's gradient, lm_head's, and their sum (the .grad, counted in model_grads)
-        # (the (N, C) gradient reaching it lives while the embedding's is made, and is gone by the sum)
+        # the embedding's gradient and lm_head's (one of them, or their sum, is the .grad counted in model_grads)
         "backward: embedding": always + model_grads + t.tied_embedding_grad + embedding_in_flight + t.logits_held,
         "optimizer": always + gradients + t.optimizer_step,
     }
@@ -314,6 +320,8 @@ def _predict(
         in_backward = (hook(embedding=False), hook(embedding=True))
     on_device = [r for r in rows if not r["offloaded"]]
     moments = _moments(cfg, batch * ctx, w, mode, t, on_device, always, gradients, in_backward)
+    if master_weights and not optimizer_in_backward:  # the 16-bit gradients become fp32 ones, one by one
+        moments["optimizer"] = max(moments["optimizer"], always + master_conversion_bytes(cfg, w.model))
     if offload_activations:
         reloaded = {"forward": head_reloads(rows), "backward: loss head": head_reloads(rows)}
         reloaded["backward: blocks"] = region_reload(rows)

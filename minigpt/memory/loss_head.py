@@ -94,9 +94,9 @@ def head_moments(cfg: ModelConfig, tokens: int, w: Widths, chunks: int, tied_gra
     fp32_hidden = 4 * C * tokens if w.autocast else 0  # the final norm's fp32 output, cast to h for the matmuls
     forward = head.chunk + fp32_hidden + CHUNKED_FORWARD_SMALL[0] * tokens + CHUNKED_FORWARD_SMALL[1] * n
     # backward: d hidden (N, C) and d weight (V, C, summed in fp32) fill up chunk by chunk, next to one chunk's
-    # softmax; a 16-bit chunk's (V, C) product is made before it is added to the fp32 sum
+    # softmax; a 16-bit chunk's (V, C) product and its fp32 cast are made before they are added to the fp32 sum
     grad_sums = a * C * tokens + 4 * V * C + CHUNKED_BACKWARD_SMALL[0] * tokens
-    chunk_product = 2 * V * C if a == 2 else 0
+    chunk_product = (2 + 4) * V * C if a == 2 else 0
     loop = max(head.chunk, a * V * n + chunk_product) + CHUNKED_BACKWARD_SMALL[1] * n
     # after the loop, the gradients go back to the inputs' dtypes: fp32 d hidden under autocast, bf16 d weight
     # in bf16-pure, each while the other sum is still there

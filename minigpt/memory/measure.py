@@ -6,6 +6,8 @@ SavedTensorMeter (saved_tensors_hooks: what autograd saves) and LiveTensorTracke
 that sees every op: what is alive, op by op). Hooks tell the meters where the step is: module hooks in the
 forward and the backward, the gap between forward_backward and optimizer_step for the end of backward, and
 an optimizer step post-hook for the end of AdamW's step, before optimizer_step frees the gradients.
+The moments and the peak come from the same step run once more under AllocatorMeter alone: a dispatch
+mode changes how autograd sums gradients, and it cannot see scratch made inside an op (meters.py).
 
 The meters are in meters.py; memory_snapshot() and memory_timeline() (pictures.py) record the same steps.
 """
@@ -13,6 +15,8 @@ The meters are in meters.py; memory_snapshot() and memory_timeline() (pictures.p
 from __future__ import annotations
 
 import contextlib
+import gc
+import warnings
 from dataclasses import replace
 
 import torch
@@ -21,7 +25,7 @@ from minigpt import step
 from minigpt.config import TrainConfig
 from minigpt.loss import check_loss_chunks
 from minigpt.memory.breakdown import MemoryBreakdown, check_shape
-from minigpt.memory.meters import LiveTensorTracker, SavedTensorMeter
+from minigpt.memory.meters import AllocatorMeter, LiveTensorTracker, SavedTensorMeter
 from minigpt.model import GPT, ModelConfig
 from minigpt.optim.adamw8bit import QUANTIZED_KEYS
 from minigpt.precision import autocast_context, check_precision, normalize_precision
@@ -139,6 +143,58 @@ def _kept_for_backward(tracker: LiveTensorTracker, end: dict) -> tuple[dict[int,
     return {**made, **hooked}, hooked
 
 
+def _allocated_moments(state: step.StepState, grad_clip: float, xy, device: torch.device, precision: str):
+    """The same step once more with no meter that changes it: ({moment: allocated bytes}, peak), or None.
+
+    It runs after the metered step, so AdamW's state exists from the start (as in every later step).
+    None where this torch build records no allocations on this device.
+    """
+    meter, model = AllocatorMeter(device), state.model
+    if not meter.available:
+        return None
+    if state.in_backward:
+        state.in_backward.watch = None
+    gc.collect()  # nothing of the metered step may be freed during this one
+    if device.type == "cuda":  # the allocator's own count, cuBLAS's workspaces included
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+    else:
+        params = list(model.parameters()) + (state.master.params if state.master else [])
+        before = sum(_storages([*params, *model.buffers(), *xy, *_adamw_state(state.optimizer)], "cpu").values())
+
+    def on_grad(name):  # as _phase_marks: the gradient reaching this module's output starts the moment
+        def hook(module, args, output):
+            if output.requires_grad:
+                output.register_hook(lambda *_: meter.mark(name))
+
+        return hook
+
+    handles = [
+        model.final_norm.register_forward_hook(on_grad("backward: blocks")),
+        model.tok_emb.register_forward_hook(on_grad("backward: embedding")),
+        model.register_forward_hook(lambda *_: meter.mark("backward: loss head")),
+    ]
+    if not state.in_backward:  # as measure(): counted up to the end of AdamW's step, before the gradients go
+        handles.append(state.optimizer.register_step_post_hook(lambda *_: meter.mark(None)))
+    offload = step.new_offloader(state, device)
+    try:
+        with offload or contextlib.nullcontext(), meter:
+            meter.mark("forward")
+            step.forward_backward(model, [xy], device, precision, state.scaler, offload)
+            meter.mark("optimizer")
+            step.optimizer_step(state, grad_clip)
+            meter.mark(None)
+    finally:
+        for h in handles:
+            h.remove()
+    moments = meter.phase_peaks(before)
+    if not moments:
+        return None
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else max(moments.values())
+    return moments, peak
+
+
 def measure_activations(
     model_cfg: ModelConfig,
     batch: int,
@@ -184,12 +240,11 @@ def measure(
 
     Measured: weights, gradients, optimizer (the real tensors, each storage once); activations (what
     saved_tensors_hooks sees in the forward, plus what is still alive at its end, such as selective
-    checkpointing's cache); each transient term and each moment (the largest live bytes, op by op, from
-    a LiveTensorTracker). AdamW makes its state inside the first step(); every later step carries it
-    through forward and backward, so it is added to those moments. device_peak: on CUDA,
-    torch.cuda.max_memory_allocated over a step that follows a warm-up step (it also counts what
-    libraries allocate through PyTorch, such as cuBLAS's workspace, and the allocator's rounding);
-    elsewhere the largest moment.
+    checkpointing's cache); each transient term (the largest live bytes of its kind, op by op, from a
+    LiveTensorTracker). The moments: the allocator's bytes at the worst point of each phase, over the same
+    step run again with no dispatch mode (AllocatorMeter), when AdamW's state exists from the start, as in
+    every later step. device_peak: on CUDA, torch.cuda.max_memory_allocated over that step (it also counts
+    what libraries allocate through PyTorch, such as cuBLAS's workspace); elsewhere the largest moment.
     With optimizer_in_backward the optimizer steps inside backward, once per parameter: gradients is then
     the most gradient bytes alive at once, and the step's temporaries count as optimizer_step wherever they
     are made. A warm-up step comes first there too, so that the state exists before the metered step.
@@ -258,8 +313,6 @@ def measure(
             "the GradScaler skipped this step (inf or NaN gradients), so AdamW never ran: "
             "nothing to measure; try another seed"
         )
-    cuda_peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-
     grads, state_storages = end["grads"], end["state"]
     param_shapes = {tuple(p.shape) for p in all_params}
 
@@ -291,6 +344,14 @@ def measure(
     step_moments = {
         name: sum(existing.values()) + n + (new_state if name != "optimizer" else 0) for name, n in phase_max.items()
     }
+    allocated = _allocated_moments(state, train_cfg.grad_clip, xy, device, precision)
+    if allocated is None:
+        warnings.warn(
+            f"torch.profiler records no allocations on {device.type} here: the moments are the live-tensor "
+            "meter's, which can count a summed gradient twice and misses scratch made inside an op",
+            stacklevel=2,
+        )
+        allocated = step_moments, max(step_moments.values())
     return MemoryBreakdown(
         weights=sum(_storages(all_params, kind).values()),
         gradients=maxima.get("gradients", 0) if in_backward else sum(grads.values()),  # in backward: most at once
@@ -300,8 +361,8 @@ def measure(
         activation_grads=maxima.get("activation_grads", 0),
         weight_copies=maxima.get("weight_copies", 0),
         optimizer_step=maxima.get("optimizer_step", 0),
-        moments=step_moments,
-        device_peak=cuda_peak if cuda_peak is not None else max(step_moments.values()),
+        moments=allocated[0],
+        device_peak=allocated[1],
         saved_by_hooks=sum(hooked.values()),
         offloaded=offload.peak_offloaded_bytes if offload is not None else None,
     )

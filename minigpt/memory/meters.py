@@ -1,11 +1,24 @@
-"""Two meters of a step's memory: what autograd saves for backward, and what is alive op by op.
+"""Three meters of a step's memory: what autograd saves, what is alive op by op, and what the allocator gave.
 
 SavedTensorMeter is a saved_tensors_hooks context: every tensor autograd saves passes through it, and it
 counts each storage once (views share one). LiveTensorTracker is a TorchDispatchMode: it sees every op's
 outputs, follows each storage until it is freed, and records the largest live bytes per category and phase.
+AllocatorMeter reads the allocator's own record of every allocation and free (torch.profiler's memory
+events): it cannot say what a tensor is, but it sees scratch made inside an op, and it changes nothing.
+
+Why the third: while a TorchDispatchMode is active, PyTorch treats every tensor as a subclass
+(at::isTensorSubclassLike), and autograd then sums two gradients of one tensor into a NEW tensor instead
+of adding one into the other in place. The tied embedding's two (V, C) gradients need a third, for
+example. A meter that is a mode measures a slightly different program, so the peak comes from this one.
 """
 
 from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
@@ -166,3 +179,88 @@ class LiveTensorTracker(TorchDispatchMode):
                 total += sign * rec["bytes"]
             phase_max[phase] = max(phase_max.get(phase, 0), total)
         return maxima, phase_max
+
+
+# What Kineto and the CPU allocator write to the process's stderr (file descriptor 2) while the profiler runs:
+# "USDT:<time> ... SyncActivityProfilerHandler.cpp:52] profiler_start", "STAGE:... Completed Stage: ...",
+# "[W1127 07:41:17 ... CPUAllocator.cpp:245] Memory block of unknown size was allocated before the profiling".
+_PROFILER_LOG_LINE = re.compile(r"^(USDT|STAGE):|^\[W\d{4} .*CPUAllocator\.cpp:\d+\] Memory block of unknown size")
+
+
+@contextlib.contextmanager
+def without_profiler_log_lines():
+    """Run the profiler with its own log lines dropped; anything else written to stderr still shows."""
+    sys.stderr.flush()
+    with tempfile.TemporaryFile(mode="w+b") as caught:
+        saved = os.dup(2)
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            kept = [
+                ln for ln in caught.read().decode(errors="replace").splitlines() if not _PROFILER_LOG_LINE.match(ln)
+            ]
+            if kept:
+                print("\n".join(kept), file=sys.stderr)
+
+
+_PHASE_MARK = "minigpt phase: "
+
+
+class AllocatorMeter:
+    """The allocator's bytes over a step, phase by phase, from torch.profiler's memory events.
+
+    Use it as a context around the step, call mark(name) where each phase begins (mark(None): stop
+    counting), then phase_peaks(before) gives {phase: the most bytes allocated at once}, where `before` is
+    what was allocated when the meter started (the profiler sees changes, not totals).
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device_type = {"cpu": "CPU", "cuda": "CUDA"}.get(device.type)
+        self._profiler = None
+        self._quiet = without_profiler_log_lines()
+
+    @property
+    def available(self) -> bool:
+        """Whether this torch build records allocations on this device (Kineto, and a CPU or a CUDA device)."""
+        return self.device_type is not None and torch.autograd.kineto_available()
+
+    def mark(self, phase: str | None) -> None:
+        """The step enters `phase` now (None: what follows is not counted)."""
+        with torch.profiler.record_function(_PHASE_MARK + (phase or "")):
+            pass
+
+    def __enter__(self) -> AllocatorMeter:
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.device_type == "CUDA":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self._quiet.__enter__()
+        self._profiler = torch.profiler.profile(activities=activities, profile_memory=True)
+        self._profiler.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self._profiler.__exit__(*exc)
+        finally:
+            self._quiet.__exit__(*exc)
+
+    def phase_peaks(self, before: int) -> dict[str, int]:
+        """{phase: largest allocated bytes while in it}, counting from `before` bytes at the start."""
+        kind = getattr(torch.autograd.DeviceType, self.device_type)
+        events = sorted(self._profiler.profiler.kineto_results.events(), key=lambda e: e.start_ns())
+        allocated, phase, peaks = before, None, {}
+        for event in events:
+            name = event.name()
+            if name.startswith(_PHASE_MARK):
+                phase = name[len(_PHASE_MARK) :] or None
+            elif name == "[memory]" and event.device_type() == kind:
+                allocated += event.nbytes()  # an allocation (> 0) or a free (< 0)
+                if phase is not None:
+                    peaks[phase] = max(peaks.get(phase, 0), allocated)
+            if phase is not None and phase not in peaks:
+                peaks[phase] = allocated
+        return peaks

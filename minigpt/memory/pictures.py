@@ -6,10 +6,6 @@ Both record the same steps measure() meters, built by minigpt.step as train() bu
 from __future__ import annotations
 
 import contextlib
-import os
-import re
-import sys
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -17,6 +13,7 @@ import torch
 
 from minigpt import step
 from minigpt.memory.measure import prepare_step
+from minigpt.memory.meters import without_profiler_log_lines
 from minigpt.model import ModelConfig
 from minigpt.precision import normalize_precision
 
@@ -90,31 +87,6 @@ def memory_snapshot(
 TIMELINE_SUFFIXES = (".html", ".json", ".json.gz")
 
 
-# What Kineto writes to the process's stderr (file descriptor 2, under Python) on every start and stop:
-# "USDT:<time> ... SyncActivityProfilerHandler.cpp:52] profiler_start", "STAGE:... Completed Stage: ...".
-_PROFILER_LOG_LINE = re.compile(r"^(USDT|STAGE):")
-
-
-@contextlib.contextmanager
-def _without_profiler_log_lines():
-    """Run the profiler with its start/stop log lines dropped; anything else it writes to stderr still shows."""
-    sys.stderr.flush()
-    with tempfile.TemporaryFile(mode="w+b") as caught:
-        saved = os.dup(2)
-        os.dup2(caught.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            caught.seek(0)
-            kept = [
-                ln for ln in caught.read().decode(errors="replace").splitlines() if not _PROFILER_LOG_LINE.match(ln)
-            ]
-            if kept:
-                print("\n".join(kept), file=sys.stderr)
-
-
 def memory_timeline(
     path: str | Path,
     model_cfg: ModelConfig,
@@ -150,7 +122,7 @@ def memory_timeline(
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     # The memory timeline needs all three: allocations, the shapes of op inputs, and Python stacks.
     profiler = torch.profiler.profile(activities=activities, profile_memory=True, record_shapes=True, with_stack=True)
-    with _without_profiler_log_lines():
+    with without_profiler_log_lines():
         _run_steps(model_cfg, batch, ctx, precision, checkpointing, master_weights, device, seed, steps, profiler)
     path.parent.mkdir(parents=True, exist_ok=True)
     where = f"cuda:{device.index or 0}" if device.type == "cuda" else device.type

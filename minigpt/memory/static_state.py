@@ -68,6 +68,21 @@ def parameter_shapes(cfg: ModelConfig) -> list[tuple[int, ...]]:
     return [(cfg.vocab_size, C), *block * cfg.n_layer, (C,)]
 
 
+def master_conversion_bytes(cfg: ModelConfig, grad_bytes: int = 2) -> int:
+    """Most gradient bytes alive while MasterWeights.grads_to_master turns 16-bit gradients into fp32 ones.
+
+    It goes parameter by parameter, in GPT.parameters()' order: while it makes parameter i's fp32 gradient,
+    the 16-bit gradients from i on are still there, beside the fp32 ones made so far. The tied embedding
+    comes first and is the largest, so on a small model this beats the fp32 gradients alone.
+    """
+    sizes = [_numel(s) for s in parameter_shapes(cfg)]
+    total, converted, most = sum(sizes), 0, 0
+    for n in sizes:
+        most = max(most, 4 * (converted + n) + grad_bytes * (total - converted))
+        converted += n
+    return most
+
+
 def _numel(shape: tuple[int, ...]) -> int:
     n = 1
     for d in shape:
