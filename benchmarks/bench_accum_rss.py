@@ -4,7 +4,8 @@ Each row is a fresh `python -m minigpt train` process (one optimizer step of bat
 peak RSS is read with getrusage(RUSAGE_CHILDREN) in a small parent process of its own, so no row sees
 another's peak. The verdict: every row within 5% of accum 1.
 
-train() fixes glibc's mmap threshold at its start (minigpt.heap): before it did, accum 256 measured +9-12%,
+train() fixes glibc's mmap threshold at its start (minigpt.heap: 128 KiB when a step accumulates micro-batches,
+4 MiB for one micro-batch a step): before it did, accum 256 measured +9-12%,
 and as much as 256 optimizer steps without accumulation (the C heap's holes, not anything accumulation holds).
 
 About 3 minutes on an idle 2-core machine (one 10m run each of 1, 16, 64 and 256 micro-batches); --quick (tiny

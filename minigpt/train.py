@@ -231,7 +231,7 @@ def train(
     torch.manual_seed(cfg.seed)  # dropout's RNG
     # Without this, a CPU run's resident memory grows with the number of micro-batches (freed tensors stay in
     # glibc's heap, in holes): minigpt.heap explains; bench_accum_rss measures it against --accum.
-    tame_heap()
+    tame_heap(accumulating=cfg.accum > 1)
     say = print if (cfg.verbose and rank == 0) else (lambda *a, **k: None)
     if world == 1 and cfg.shard != "none":
         say(f"--shard {cfg.shard} with one process: nothing to split, so it trains as --shard none")

@@ -134,3 +134,11 @@ def test_allocator_meter_counts_each_phase_from_what_was_there():
         meter.mark(None)
         torch.empty(10**6, dtype=torch.uint8)  # after mark(None): not counted
     assert meter.phase_peaks(before=500) == {"one": 1500, "two": 4500}
+
+
+def test_without_allocator_events_measure_says_the_moments_are_the_tracker_s(monkeypatch):
+    """Where torch.profiler records no allocations (an MPS GPU, a build without Kineto), measure() says so."""
+    monkeypatch.setattr(AllocatorMeter, "available", property(lambda self: False))
+    with pytest.warns(UserWarning, match="records no allocations"):
+        fallback = memory.measure(get_config("tiny"), 2, 32)
+    assert fallback.peak == max(fallback.moments.values()) > 0
