@@ -465,9 +465,12 @@ def _fsdp_moment(
         # (the root's too, once reduced), the root gathered (no block is: each was resharded after its
         # backward) and the root's whole gradients in the gathered dtype g: lm_head's, the embedding's and
         # their sum; or, once summed, the sum and the copy the reduce-scatter sends (r per value).
+        # (estimate() made their sum a new tensor only without autocast; with it, it counted the (N, C) gradient
+        # reaching the embedding in that place, left here: a safe-side excess of 4 x N x C bytes)
         grad_shards = m * max(fsdp_shard_params(cfg, world))
         root_grads = max(3 * g * V * C, g * V * C + r * V * C)
-        return grad_shards + g * root + root_grads - m * (count_params(cfg) + 2 * V * C)
+        counted = m * (count_params(cfg) + V * C) + (0 if w.autocast else m * V * C)
+        return grad_shards + g * root + root_grads - counted
     if not _gathers_16bit(precision):
         return gathered
     # bf16 with the policy: autocast's weight copies, which estimate() counted, are never made (the gathered
