@@ -15,7 +15,6 @@ The meters are in meters.py; memory_snapshot() and memory_timeline() (pictures.p
 from __future__ import annotations
 
 import contextlib
-import gc
 import warnings
 from dataclasses import replace
 
@@ -154,7 +153,6 @@ def _allocated_moments(state: step.StepState, grad_clip: float, xy, device: torc
         return None
     if state.in_backward:
         state.in_backward.watch = None
-    gc.collect()  # nothing of the metered step may be freed during this one
     if device.type == "cuda":  # the allocator's own count, cuBLAS's workspaces included
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
