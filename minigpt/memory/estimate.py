@@ -17,7 +17,7 @@ from minigpt.loss import check_loss_chunks
 from minigpt.memory.activations import activation_table, block_activation_bytes, selective_rows
 from minigpt.memory.adapters import lora_estimate
 from minigpt.memory.breakdown import MemoryBreakdown, Widths, device_type, widths
-from minigpt.memory.loss_head import HeadMoments, head_moments, loss_head_bytes
+from minigpt.memory.loss_head import HeadMoments, head_moments, loss_head_bytes, tied_sum_bytes
 from minigpt.memory.offloaded import head_reloads, region_reload
 from minigpt.memory.optimizer_state import (
     adamw8bit_state_bytes,
@@ -180,10 +180,7 @@ def _transients(
         loss_grads=head.loss_grads,
         logits_grad=head.logits_grad,
         tied_embedding_grad=w.model * V * C,
-        # Autograd adds one gradient into the other in place when it holds a plain tensor of its own: the
-        # fp32 cast of autocast's 16-bit gradient, or the chunked loss's fp32 sum. Plain lm_head's gradient
-        # arrives as a view (the transpose of its matmul's), so there the sum is a new tensor.
-        tied_sum=0 if (w.autocast or loss_chunks > 1) else w.model * V * C,
+        tied_sum=tied_sum_bytes(cfg, w, loss_chunks),
         lm_head_grad_16bit=2 * V * C if w.autocast else 0,
         recomputed=_recomputed(cfg, batch, ctx, w, mode, device),
         block_backward=_block_backward(cfg, tokens, w),
@@ -465,11 +462,11 @@ def _fsdp_moment(
         # (the root's too, once reduced), the root gathered (no block is: each was resharded after its
         # backward) and the root's whole gradients in the gathered dtype g: lm_head's, the embedding's and
         # their sum; or, once summed, the sum and the copy the reduce-scatter sends (r per value).
-        # (estimate() made their sum a new tensor only without autocast; with it, it counted the (N, C) gradient
-        # reaching the embedding in that place, left here: a safe-side excess of 4 x N x C bytes)
+        # (where estimate() counted no new sum, it counted the (N, C) gradient reaching the embedding in that
+        # place, left here: a safe-side excess of 4 x N x C bytes)
         grad_shards = m * max(fsdp_shard_params(cfg, world))
         root_grads = max(3 * g * V * C, g * V * C + r * V * C)
-        counted = m * (count_params(cfg) + V * C) + (0 if w.autocast else m * V * C)
+        counted = m * (count_params(cfg) + V * C) + tied_sum_bytes(cfg, w)
         return grad_shards + g * root + root_grads - counted
     if not _gathers_16bit(precision):
         return gathered

@@ -59,6 +59,15 @@ def loss_head_rows(cfg: ModelConfig, chunks: int = 1) -> list[tuple[str, int, in
     ]
 
 
+def tied_sum_bytes(cfg: ModelConfig, w: Widths, chunks: int = 1) -> int:
+    """The tied embedding's two gradients summed into a new (V, C) tensor, or 0 where autograd adds in place.
+
+    It adds in place when lm_head's gradient is a plain tensor of its own: autocast's fp32 cast of the 16-bit
+    one, or the chunked loss's fp32 sum. Plain lm_head's gradient is a view (the transpose of its matmul's).
+    """
+    return 0 if (w.autocast or chunks > 1) else w.model * cfg.vocab_size * cfg.n_embd
+
+
 # The chunked loss's small tensors, measured on torch 2.13's CPU kernels: per token (the ignore mask, the
 # backward's scale) and per chunk row (the target's logit, the max, the sums), at the head's worst moment.
 CHUNKED_FORWARD_SMALL = (1, 5 * 4)  # (bytes per token, bytes per chunk row)

@@ -94,27 +94,22 @@ def _storages(tensors, device_type: str) -> dict[int, int]:
 
 
 @contextlib.contextmanager
-def _phase_marks(model: GPT, tracker: LiveTensorTracker, saved: SavedTensorMeter, end: dict):
-    """Hooks that tell the meters where the step is: forward, loss head, backward through the blocks..."""
+def _phase_hooks(model: GPT, enter, forward_end=None):
+    """Hooks that call enter(phase) where backward's phases begin: the loss head (the model's forward has
+    returned; forward_end(output) is called first), the blocks and the embedding (the gradient reaches the
+    final norm's output, then the embedding's: backward has got past them)."""
 
-    def phase(name):
-        return lambda *_: tracker.set_phase(name)
-
-    def on_grad(name):  # the gradient reaching this module's output means backward has got past it
+    def on_grad(name):
         def hook(module, args, output):
             if output.requires_grad:  # a frozen embedding (LoRA) has no backward of its own
-                output.register_hook(phase(name))
+                output.register_hook(lambda *_: enter(name))
 
         return hook
 
     def end_of_forward(module, args, output):
-        end.update(
-            alive=tracker.live_records(),
-            saved=saved.alive(),
-            outputs={t.untyped_storage().data_ptr() for t in output if t is not None},
-        )
-        tracker.set_phase("backward: loss head")
-        saved.enabled = False  # what the loop saves after the model (GradScaler's scale) is not activations
+        if forward_end is not None:
+            forward_end(output)
+        enter("backward: loss head")
 
     handles = [
         model.final_norm.register_forward_hook(on_grad("backward: blocks")),
@@ -126,6 +121,20 @@ def _phase_marks(model: GPT, tracker: LiveTensorTracker, saved: SavedTensorMeter
     finally:
         for h in handles:
             h.remove()
+
+
+def _phase_marks(model: GPT, tracker: LiveTensorTracker, saved: SavedTensorMeter, end: dict):
+    """_phase_hooks for the tensor meters; at the end of the forward, what is alive and what was saved."""
+
+    def forward_end(output):
+        end.update(
+            alive=tracker.live_records(),
+            saved=saved.alive(),
+            outputs={t.untyped_storage().data_ptr() for t in output if t is not None},
+        )
+        saved.enabled = False  # what the loop saves after the model (GradScaler's scale) is not activations
+
+    return _phase_hooks(model, tracker.set_phase, forward_end)
 
 
 def _kept_for_backward(tracker: LiveTensorTracker, end: dict) -> tuple[dict[int, int], dict[int, int]]:
@@ -142,7 +151,9 @@ def _kept_for_backward(tracker: LiveTensorTracker, end: dict) -> tuple[dict[int,
     return {**made, **hooked}, hooked
 
 
-def _allocated_moments(state: step.StepState, grad_clip: float, xy, device: torch.device, precision: str):
+def _allocated_moments(
+    state: step.StepState, all_params: list, grad_clip: float, xy, device: torch.device, precision: str
+):
     """The same step once more with no meter that changes it: ({moment: allocated bytes}, peak), or None.
 
     It runs after the metered step, so AdamW's state exists from the start (as in every later step).
@@ -158,34 +169,21 @@ def _allocated_moments(state: step.StepState, grad_clip: float, xy, device: torc
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
     else:
-        params = list(model.parameters()) + (state.master.params if state.master else [])
-        before = sum(_storages([*params, *model.buffers(), *xy, *_adamw_state(state.optimizer)], "cpu").values())
-
-    def on_grad(name):  # as _phase_marks: the gradient reaching this module's output starts the moment
-        def hook(module, args, output):
-            if output.requires_grad:
-                output.register_hook(lambda *_: meter.mark(name))
-
-        return hook
-
-    handles = [
-        model.final_norm.register_forward_hook(on_grad("backward: blocks")),
-        model.tok_emb.register_forward_hook(on_grad("backward: embedding")),
-        model.register_forward_hook(lambda *_: meter.mark("backward: loss head")),
-    ]
+        before = sum(_storages([*all_params, *model.buffers(), *xy, *_adamw_state(state.optimizer)], "cpu").values())
+    stop = None
     if not state.in_backward:  # as measure(): counted up to the end of AdamW's step, before the gradients go
-        handles.append(state.optimizer.register_step_post_hook(lambda *_: meter.mark(None)))
+        stop = state.optimizer.register_step_post_hook(lambda *_: meter.mark(None))
     offload = step.new_offloader(state, device)
     try:
-        with offload or contextlib.nullcontext(), meter:
+        with offload or contextlib.nullcontext(), _phase_hooks(model, meter.mark), meter:
             meter.mark("forward")
             step.forward_backward(model, [xy], device, precision, state.scaler, offload)
             meter.mark("optimizer")
             step.optimizer_step(state, grad_clip)
             meter.mark(None)
     finally:
-        for h in handles:
-            h.remove()
+        if stop is not None:
+            stop.remove()
     moments = meter.phase_peaks(before)
     if not moments:
         return None
@@ -342,7 +340,7 @@ def measure(
     step_moments = {
         name: sum(existing.values()) + n + (new_state if name != "optimizer" else 0) for name, n in phase_max.items()
     }
-    allocated = _allocated_moments(state, train_cfg.grad_clip, xy, device, precision)
+    allocated = _allocated_moments(state, all_params, train_cfg.grad_clip, xy, device, precision)
     if allocated is None:
         warnings.warn(
             f"torch.profiler records no allocations on {device.type} here: the moments are the live-tensor "
