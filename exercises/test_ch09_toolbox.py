@@ -234,3 +234,33 @@ def test_the_step_in_backward_keeps_one_gradient(answers):
             f"bytes; only the largest parameter's gradient ({largest:,} bytes, the tied embedding's) is ever "
             f"alive, against {want['gradients']:,} for all of them"
         )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Contracts: the answer against the reference on inputs the learner did not choose (minigpt.grading.contract)
+
+from minigpt.grading.contract import Case  # noqa: E402
+
+
+def _mlp(*widths: int) -> torch.nn.Sequential:
+    """Linear layers of these widths, seeded: a model whose first parameter is not its largest."""
+    torch.manual_seed(sum(widths))
+    return torch.nn.Sequential(*[torch.nn.Linear(a, b) for a, b in zip(widths, widths[1:])])
+
+
+def _cases_9_3() -> list[Case]:
+    cases = []
+    for model in (_mlp(3, 5, 300, 17), _mlp(64, 64, 64), GPT(CONFIGS[1])):
+        for optimizer in ("adamw", "adamw8bit"):
+            for in_backward in (False, True):
+                cases.append(Case("state_bytes", (model, optimizer), {"in_backward": in_backward}))
+    cases.append(Case("state_bytes", (_mlp(4, 4),), {"optimizer": "sgd"}, promise="Raises: x"))
+    return cases
+
+
+CONTRACTS = {"9.3": _cases_9_3}
+
+
+@pytest.mark.exercise("9.3", points=1)
+def test_9_3_keeps_its_contract(answers, contract):
+    contract.check(answers, CONTRACTS["9.3"]())

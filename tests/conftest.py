@@ -39,3 +39,43 @@ def markov_data():
 
     tokens = markov_tokens(60_000)
     return TokenData(train=tokens[:50_000], val=tokens[50_000:], tokenizer="minigpt-8k", source="markov")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Grader runs shared by tests/test_grading.py and tests/test_grading_contracts.py: one queue for the session
+
+
+@pytest.fixture(scope="session")
+def grader_limiter():
+    """The queue every grader subprocess of the session goes through (a few at a time on a small machine)."""
+    from grading_runs import Limiter
+
+    limiter = Limiter()
+    yield limiter
+    limiter.stop()
+
+
+@pytest.fixture(scope="session")
+def wrong_answer_runs(grader_limiter, tmp_path_factory):
+    """Every wrong-answer set (tests/wrong_answers/) graded twice, in rounds: with the reference run live from
+    solutions/, and with its stored outcomes (exercises/expected/, as the classroom template grades).
+
+    {set name: {mistake name: {"live": GraderRun, "stored": GraderRun}}}; a run's result() waits for it.
+    """
+    from grading_runs import GraderRun, answers_with, rounds
+    from wrong_answers import SETS
+
+    queued: dict[str, dict] = {}
+    for set_name, mistakes in SETS.items():
+        queued[set_name] = {}
+        for i, group in enumerate(rounds(mistakes)):
+            tmp = tmp_path_factory.mktemp(f"wrong-{set_name}-{i}")
+            folder = answers_with(tmp / "answers", group)
+            exercises = " or ".join(sorted({m.exercise for m in group.values()}))
+            files = tuple(sorted({f"exercises/test_{m.module}.py" for m in group.values()}))
+            runs = {}
+            for mode in ("live", "stored"):
+                args = ("--answers-dir", str(folder), "-k", exercises, "--expected", "auto" if mode == "live" else mode)
+                runs[mode] = GraderRun(grader_limiter, tmp / mode, *args, files=files)
+            queued[set_name].update({name: runs for name in group})
+    return queued

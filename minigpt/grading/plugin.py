@@ -29,6 +29,7 @@ import torch
 
 from minigpt.grading.answers import STARTUP_LIMIT_S, Answers, ExerciseAlreadyTimedOut, Workers, warm_up
 from minigpt.grading.messages import describe_failure
+from minigpt.grading.reference import Contract, Reference
 from minigpt.grading.score import grade, gradescope_results, score_rows
 from minigpt.grading.watch import count_saved_bytes
 
@@ -36,6 +37,7 @@ DEFAULT_TIMEOUT_S = 60.0  # per exercise; a correct answer takes a few seconds o
 RESULTS = pytest.StashKey[dict]()  # nodeid -> {"exercise", "points", "status", "message"}
 TIMED_OUT = pytest.StashKey[set]()  # exercises one of whose tests timed out: their other tests do not run
 WORKERS = pytest.StashKey[Workers]()
+REFERENCE = pytest.StashKey[Reference]()
 
 # The exercise models are small: one thread is as fast as several, and unlike several it does not slow
 # down 10x or more when other processes share the cores (a CI runner, a classroom server).
@@ -71,6 +73,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="also write the grade as Gradescope's autograder results.json to PATH",
     )
     group.addoption(
+        "--expected",
+        choices=("auto", "stored"),
+        default="auto",
+        help="where the reference's outcomes come from: auto (run solutions/ where it is here, else read "
+        "exercises/expected/) or stored (always read exercises/expected/, as the classroom template does)",
+    )
+    group.addoption(
         "--tracebacks", action="store_true", help="show pytest's full tracebacks instead of one message per failed test"
     )
 
@@ -104,6 +113,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if not timeout > 0:
         raise pytest.UsageError(f"--exercise-timeout must be a positive number of seconds, not {timeout:g}")
     session.config.stash[WORKERS] = Workers(folder, timeout)
+    mode = session.config.getoption("--expected")
+    session.config.stash[REFERENCE] = Reference(session.config.rootpath, exercises_dir(session.config), mode)
     warm_up()  # the server the workers are forked from imports torch while pytest collects
 
 
@@ -111,6 +122,9 @@ def _stop_workers(config: pytest.Config) -> None:
     workers = config.stash.get(WORKERS, None)
     if workers is not None:
         workers.stop()
+    reference = config.stash.get(REFERENCE, None)
+    if reference is not None:
+        reference.stop()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -157,6 +171,8 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     following = exercise_of(nextitem) if nextitem is not None else None
     if found is not None and (following is None or following[0] != found[0]):
         item.config.stash[WORKERS].stop_current()
+        if item.config.stash[REFERENCE].workers is not None:
+            item.config.stash[REFERENCE].workers.stop_current()
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -171,6 +187,16 @@ def answers(request: pytest.FixtureRequest) -> Answers:
     if exercise is None:
         raise pytest.UsageError(f"{request.node.nodeid} uses `answers` without an exercise marker")
     return Answers(request.config.stash[WORKERS], exercise[0], request.module.CHAPTER, request.module)
+
+
+@pytest.fixture
+def contract(request: pytest.FixtureRequest) -> Contract:
+    """The differential check of this test's exercise: contract.check(answers, cases) runs each case on the
+    answer and on the reference (minigpt.grading.contract) and fails with the first difference."""
+    exercise = exercise_of(request.node)
+    if exercise is None:
+        raise pytest.UsageError(f"{request.node.nodeid} uses `contract` without an exercise marker")
+    return Contract(request.config.stash[REFERENCE], exercise[0], request.module.CHAPTER, request.module)
 
 
 @pytest.fixture
