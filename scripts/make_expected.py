@@ -41,7 +41,7 @@ def reference_outcomes(chapter: str) -> tuple[dict, dict]:
     from minigpt.grading.reference import Reference
 
     tests = test_module(chapter)
-    reference = Reference(ROOT, EXERCISES, "auto")
+    reference = Reference(ROOT, EXERCISES, "reference")
     outcomes: dict[str, dict] = {}
     cases: dict[str, dict] = {}
     try:
@@ -52,7 +52,8 @@ def reference_outcomes(chapter: str) -> tuple[dict, dict]:
                     raise SystemExit(f"{chapter} {exercise}: two cases with the same inputs ({case.call_text()})")
                 cases[exercise][key] = case
                 outcomes.setdefault(exercise, {})[key] = reference.outcome(exercise, chapter, tests, case)
-            reference.workers.stop_current() if reference.workers else None
+            if reference.workers is not None:
+                reference.workers.stop_current()
     finally:
         reference.stop()
     return outcomes, cases
@@ -65,13 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # as the grader runs
     from minigpt.grading.contract import compare, expected_path, load_expected, save_expected
+    from minigpt.grading.reference import FINGERPRINT, source_fingerprint
 
     stale = []
     for chapter in args.chapters or chapters():
         outcomes, cases = reference_outcomes(chapter)
         path = expected_path(EXERCISES, chapter)
         if not args.check:
-            save_expected(path, outcomes)
+            save_expected(path, {FINGERPRINT: source_fingerprint(ROOT, chapter), **outcomes})
             print(f"wrote {path.relative_to(ROOT)}: {sum(map(len, outcomes.values()))} outcomes")
             continue
         stored = load_expected(path) if path.is_file() else {}
@@ -82,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                 problem = "missing" if have is None else compare(have, want, case)
                 if problem:
                     stale.append(f"{chapter} {exercise} {case.call_text()}: stored outcome {problem}")
+        stored.pop(FINGERPRINT, None)
         extra = {(e, k) for e, by in stored.items() for k in by} - {(e, k) for e, by in outcomes.items() for k in by}
         stale += [f"{chapter} {e}: a stored outcome no case makes ({k})" for e, k in sorted(extra)]
     if stale:

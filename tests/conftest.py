@@ -75,7 +75,14 @@ def wrong_answer_runs(grader_limiter, tmp_path_factory):
             files = tuple(sorted({f"exercises/test_{m.module}.py" for m in group.values()}))
             runs = {}
             for mode in ("live", "stored"):
-                args = ("--answers-dir", str(folder), "-k", exercises, "--expected", "auto" if mode == "live" else mode)
+                args = (
+                    "--answers-dir",
+                    str(folder),
+                    "-k",
+                    exercises,
+                    "--expected",
+                    "reference" if mode == "live" else mode,
+                )
                 runs[mode] = GraderRun(grader_limiter, tmp / mode, *args, files=files)
             queued[set_name].update({name: runs for name in group})
     return queued

@@ -165,3 +165,65 @@ def answers_with(folder: Path, mistakes: dict[str, Mistake]) -> Path:
                 text = text.replace(old, new)
         path.write_text(text)
     return folder
+
+
+def main(argv: list[str]) -> int:
+    """python tests/grading_runs.py SET ...: grade wrong-answer sets (tests/wrong_answers/SET.py) both ways, the
+    reference run live and its stored outcomes, and print what each scored (a quick look while writing a set)."""
+    import tempfile
+
+    from tabulate import tabulate
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from wrong_answers import SETS
+
+    limiter, rows, tmp = Limiter(), [], Path(tempfile.mkdtemp(prefix="wrong-answers-"))
+    for set_name in argv or list(SETS):
+        mistakes = SETS[set_name]
+        for i, group in enumerate(rounds(mistakes)):
+            folder = answers_with(tmp / set_name / str(i) / "answers", group)
+            exercises = " or ".join(sorted({m.exercise for m in group.values()}))
+            files = tuple(sorted({f"exercises/test_{m.module}.py" for m in group.values()}))
+            runs = {
+                mode: GraderRun(
+                    limiter,
+                    tmp / set_name / str(i) / mode,
+                    "--answers-dir",
+                    str(folder),
+                    "-k",
+                    exercises,
+                    "--expected",
+                    mode,
+                    files=files,
+                )
+                for mode in ("reference", "stored")
+            }
+            for name, m in group.items():
+                rows.append((set_name, name, m, runs))
+    table, missed, differ = [], 0, 0
+    for set_name, name, m, runs in rows:
+        got = {mode: run.result()[1]["exercises"].get(m.exercise) for mode, run in runs.items()}
+        live, stored = got["reference"], got["stored"]
+        caught = live is not None and live["earned"] < live["possible"]
+        agree = live is not None and stored is not None and live["results"] == stored["results"]
+        missed += not caught
+        differ += not agree
+        first = next((msg for msg in (live or {}).get("messages", {}).values() if msg), "")
+        table.append(
+            [
+                set_name,
+                m.exercise,
+                name[:48],
+                "caught" if caught else "PASSED",
+                "same" if agree else "DIFFER",
+                first.split("\n")[0][:90],
+            ]
+        )
+    limiter.stop()
+    print(tabulate(table, headers=["set", "exercise", "wrong answer", "grade", "both ways", "first message"]))
+    print(f"{len(rows) - missed} of {len(rows)} caught; {differ} graded differently by the two ways")
+    return 1 if missed or differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

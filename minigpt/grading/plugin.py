@@ -74,10 +74,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--expected",
-        choices=("auto", "stored"),
+        choices=("auto", "reference", "stored"),
         default="auto",
-        help="where the reference's outcomes come from: auto (run solutions/ where it is here, else read "
-        "exercises/expected/) or stored (always read exercises/expected/, as the classroom template does)",
+        help="where the reference's outcomes come from: auto (solutions/ where it is here: its stored outcomes "
+        "if they were made from exactly this code, else run it; exercises/expected/ where it is not), reference "
+        "(always run solutions/) or stored (always read exercises/expected/, as the classroom template does)",
     )
     group.addoption(
         "--tracebacks", action="store_true", help="show pytest's full tracebacks instead of one message per failed test"

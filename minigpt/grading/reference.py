@@ -2,19 +2,43 @@
 their own like the learner's (the instructor's copy of the course), or exercises/expected/chNN_*.pt, written by
 scripts/make_expected.py from those same runs (the classroom template, which ships no solutions).
 
-    pytest exercises/                        solutions/ there: run the reference; not there: the stored outcomes
+    pytest exercises/                        solutions/ there: the reference's outcomes; not there: the stored ones
+    pytest exercises/ --expected reference   run the reference for every case, even where a stored outcome is current
     pytest exercises/ --expected stored      the stored outcomes even where solutions/ is there
+
+A stored file records a fingerprint of everything its outcomes follow from (the chapter's solutions and tests, the
+package's code, torch's version). Where solutions/ is here and the fingerprint still matches, the stored outcomes
+are the reference's outcomes on these very inputs, so `auto` reads them instead of running the reference again;
+after any change to that code it runs the reference.
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from types import ModuleType
+
+import torch
 
 from minigpt.grading.answers import Answers, Workers
 from minigpt.grading.contract import Case, compare, expected_path, fresh, load_expected, observe
 
 REFERENCE_TIMEOUT_S = 600.0  # the reference's cases of one exercise: seconds on a 2-core CPU; this only stops a hang
+
+
+FINGERPRINT = "__made_from__"  # the stored file's key for source_fingerprint()
+
+
+def source_fingerprint(root: Path, chapter: str) -> str:
+    """A hash of what a chapter's outcomes follow from: its solutions and tests, every module of the package, and
+    torch's version."""
+    digest = hashlib.sha256(torch.__version__.encode())
+    files = [root / "solutions" / f"{chapter}.py", root / "exercises" / f"test_{chapter}.py"]
+    files += sorted((root / "minigpt").rglob("*.py"))
+    for path in files:
+        digest.update(str(path.relative_to(root)).encode() + b"\0")
+        digest.update(path.read_bytes() if path.is_file() else b"(missing)")
+    return digest.hexdigest()
 
 
 class ReferenceMissing(Exception):
@@ -31,23 +55,34 @@ class Reference:
         self.stored: dict[str, dict] = {}
 
     def live(self, chapter: str) -> bool:
-        """Whether this chapter's reference runs here (its solutions file is here, and stored was not asked)."""
-        return self.mode != "stored" and (self.solutions / f"{chapter}.py").is_file()
+        """Whether this chapter's reference runs here: its solutions file is here, stored was not asked, and (in
+        auto) no stored file was made from exactly this code."""
+        if self.mode == "stored" or not (self.solutions / f"{chapter}.py").is_file():
+            return False
+        if self.mode == "reference":
+            return True
+        stored = self._stored(chapter, missing_ok=True)
+        return stored is None or stored.get(FINGERPRINT) != source_fingerprint(self.solutions.parent, chapter)
+
+    def _stored(self, chapter: str, missing_ok: bool = False) -> dict | None:
+        if chapter not in self.stored:
+            path = expected_path(self.exercises, chapter)
+            if not path.is_file():
+                if missing_ok:
+                    return None
+                raise ReferenceMissing(
+                    f"neither solutions/{chapter}.py nor {path.relative_to(self.exercises.parent)} is here: "
+                    f"the grader has nothing to compare with (scripts/make_expected.py writes the second)"
+                )
+            self.stored[chapter] = load_expected(path)
+        return self.stored[chapter]
 
     def outcome(self, exercise: str, chapter: str, tests: ModuleType, case: Case) -> dict:
         if self.live(chapter):
             if self.workers is None:
                 self.workers = Workers(self.solutions, REFERENCE_TIMEOUT_S)
             return self.workers.call(exercise, chapter, tests, observe, (fresh(case),), {})
-        if chapter not in self.stored:
-            path = expected_path(self.exercises, chapter)
-            if not path.is_file():
-                raise ReferenceMissing(
-                    f"neither solutions/{chapter}.py nor {path.relative_to(self.exercises.parent)} is here: "
-                    f"the grader has nothing to compare with (scripts/make_expected.py writes the second)"
-                )
-            self.stored[chapter] = load_expected(path)
-        found = self.stored[chapter].get(exercise, {}).get(case.key())
+        found = self._stored(chapter).get(exercise, {}).get(case.key())
         if found is None:
             raise ReferenceMissing(
                 f"{expected_path(self.exercises, chapter).name} holds no outcome for {case.call_text()}: the stored "
@@ -70,8 +105,14 @@ class Contract:
 
     def check(self, answers: Answers, cases: list[Case]) -> None:
         for case in cases:
-            want = self.reference.outcome(self.exercise, self.chapter, self.tests, case)
-            got = answers.run(observe, fresh(case))
-            problem = compare(got, want, case)
-            if problem:
-                raise AssertionError(f"{case.call_text()} {problem}")
+            self.run(answers, case)
+
+    def run(self, answers: Answers, case: Case) -> object:
+        """Check one case and return what the answer returned: a test that checks more of that value (a property
+        of an experiment's result) calls the answer once, not once for the contract and once for itself."""
+        want = self.reference.outcome(self.exercise, self.chapter, self.tests, case)
+        got = answers.run(observe, fresh(case))
+        problem = compare(got, want, case)
+        if problem:
+            raise AssertionError(f"{case.call_text()} {problem}")
+        return got["result"]
