@@ -6,6 +6,7 @@ Each grading is a subprocess, as a learner or a classroom runs it: `python -m py
 `scripts/grade_submissions.py` (make grade) for the attacks on grade files.
 """
 
+import ast
 import csv
 import json
 import os
@@ -130,8 +131,20 @@ ATTACKS = {
 HANGS = {"a retry loop with a bare except", "an answer that ignores SIGALRM", "a file that hangs at import"}
 AT_IMPORT = {"a file that hangs at import", "os._exit(0) at import"}  # top-level code: the chapter-1 file is lost
 ON_GRADE_FILES = {"an atexit hook that writes its own grade.json", "a grade.json with an extra exercise"}
-CHAPTER_1 = {"1.1": 2, "1.2": 3, "1.3": 2, "1.4": 2}
-CHAPTER_2 = {"2.1": 2, "2.2": 3, "2.3": 4}
+
+
+def points(test_file: str) -> dict[str, float]:
+    """{exercise: its points} from the @pytest.mark.exercise markers of an exercises/ test file (read, not run)."""
+    found: dict[str, float] = {}
+    for node in ast.walk(ast.parse((ROOT / "exercises" / test_file).read_text())):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "pytest.mark.exercise":
+            weight = next((k.value.value for k in node.keywords if k.arg == "points"), 1)
+            found[node.args[0].value] = found.get(node.args[0].value, 0) + weight
+    return found
+
+
+CHAPTER_1 = points("test_ch01_number_formats.py")
+CHAPTER_2 = points("test_ch02_memory_anatomy.py")
 
 
 def answers(folder: Path, attack: str | None) -> Path:

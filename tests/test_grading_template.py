@@ -54,3 +54,35 @@ def test_the_template_is_made_only_in_a_new_folder(tmp_path):
         _script().make_template(tmp_path / "full")
     with pytest.raises(SystemExit, match="inside the course"):
         _script().make_template(ROOT / "exercises" / "copy")
+
+
+def test_the_template_grades_against_its_stored_outcomes(template, tmp_path):
+    """Without solutions/, the contract checks read exercises/expected/: the reference answers, handed in as a
+    learner's, earn every point there, and a wrong answer loses the same points as in the course."""
+    import re
+    import shutil
+
+    honest, wrong = tmp_path / "honest", tmp_path / "wrong"
+    for folder in (honest, wrong):
+        folder.mkdir()
+        for path in (ROOT / "solutions").glob("ch*_*.py"):
+            text = re.sub(r"^\s*# (BEGIN|END) SOLUTION.*\n", "", path.read_text(), flags=re.M)
+            (folder / path.name).write_text(text)
+    text = (wrong / "ch09_toolbox.py").read_text()
+    (wrong / "ch09_toolbox.py").write_text(text.replace("(max(sizes) if in_backward", "(sizes[0] if in_backward"))
+    assert not (template / "solutions").exists() and (template / "exercises" / "expected").is_dir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(template)}
+    grades = {}
+    for name, folder, where in (("honest", honest, template), ("wrong", wrong, template), ("course", wrong, ROOT)):
+        out = tmp_path / f"{name}.json"
+        cmd = [sys.executable, "-m", "pytest", "exercises/", "-q", "-p", "no:cacheprovider", "--answers-dir"]
+        cmd += [str(folder), "--grade-json", str(out)] + ([] if name == "honest" else ["-k", "9."])
+        cmd += ["--expected", "reference"] if where == ROOT else []  # the course: the reference run live
+        run_env = env if where == template else {**env, "PYTHONPATH": str(ROOT)}
+        done = subprocess.run(cmd, cwd=where, env=run_env, capture_output=True, text=True)
+        grades[name] = json.loads(out.read_text())
+        if name == "honest":
+            assert grades[name]["earned"] == grades[name]["possible"] > 0, done.stdout[-4000:]
+    assert grades["wrong"]["exercises"]["9.3"]["earned"] < grades["wrong"]["exercises"]["9.3"]["possible"]
+    assert grades["wrong"]["exercises"] == grades["course"]["exercises"], "the template and the course grade alike"
+    shutil.rmtree(honest)
