@@ -458,6 +458,19 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv  # for the resume command an interrupted run prints
+    from minigpt.run_messages import OutputThatOutlivesItsReader
+
+    given = sys.stdout
+    if not isinstance(given, OutputThatOutlivesItsReader):  # a closed stdout never stops the work (| head)
+        sys.stdout = OutputThatOutlivesItsReader(given)
+    try:
+        return _run(args)
+    finally:
+        sys.stdout = given
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the command; bad input and failures become one line and an exit status."""
     try:
         return args.func(args)
     except BrokenPipeError:  # `minigpt plan --table | head`: the reader left, which is not an error

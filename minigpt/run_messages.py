@@ -60,3 +60,43 @@ def launch_command(argv: list[str]) -> list[str]:
 def resume_command(argv: list[str]) -> str:
     """The command line that continues this run: the same launch and flags, without --restart, with --resume once."""
     return shlex.join([*launch_command([a for a in argv if a not in ("--resume", "--restart")]), "--resume"])
+
+
+class OutputThatOutlivesItsReader:
+    """sys.stdout that keeps the program going when its reader leaves (`minigpt train ... | head -2`).
+
+    Python turns a closed pipe into BrokenPipeError at the next print, which would end a training run in the middle
+    of its work. This wrapper swallows it once, points the file descriptor at /dev/null (so the interpreter's own
+    flush at exit is quiet too) and lets the run carry on: what was printed after is lost, the run and its
+    checkpoints are not.
+    """
+
+    def __init__(self, stream) -> None:
+        self.stream, self.reader_left = stream, False
+
+    def write(self, text: str) -> int:
+        if not self.reader_left:
+            try:
+                return self.stream.write(text)
+            except BrokenPipeError:
+                self._lose_the_reader()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.reader_left:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self._lose_the_reader()
+
+    def _lose_the_reader(self) -> None:
+        self.reader_left = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):  # no file descriptor (a notebook's stream): nothing to quiet
+            pass
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
