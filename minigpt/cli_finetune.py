@@ -88,17 +88,19 @@ def lora_memory_note(args: argparse.Namespace) -> str | None:
 def cmd_sample(args: argparse.Namespace) -> int:
     """Print what a run's model writes after a prompt."""
     from minigpt.device import pick_device
-    from minigpt.sampling import check_sample_args, load_model, sample_text
+    from minigpt.sampling import check_sample_args, load_model, stream_text
 
-    if args.tokens < 1 or not args.temperature >= 0:  # checked before the model loads
-        check_sample_args(None, args.tokens, args.temperature, 1, "")
+    check_sample_args(None, args.tokens, args.temperature, 1, "", args.top_k)  # before the model loads
     device = pick_device(args.device)
     model, tokenizer, what = load_model(args.run, device)
-    check_sample_args(args.prompt, args.tokens, args.temperature, model.cfg.ctx, tokenizer)
+    check_sample_args(args.prompt, args.tokens, args.temperature, model.cfg.ctx, tokenizer, args.top_k)
     top_k = args.top_k if args.top_k > 0 else None
-    text = sample_text(model, tokenizer, args.tokens, device, args.prompt or "", args.seed, args.temperature, top_k)
     print(f"# {args.run}: {what}; seed {args.seed}, temperature {args.temperature:g}, top-k {args.top_k}")
-    print(text)
+    for piece in stream_text(
+        model, tokenizer, args.tokens, device, args.prompt or "", args.seed, args.temperature, top_k
+    ):
+        print(piece, end="", flush=True)  # as it is written: a long sample shows its progress
+    print()
     return 0
 
 

@@ -17,6 +17,7 @@ from minigpt.model import GPT
 from minigpt.tokenizer import get_tokenizer
 
 TEMPERATURE, TOP_K = 0.8, 50
+MAX_SAMPLE_TOKENS = 10_000  # minutes on a laptop CPU at 10m, written as it goes; more is a loop, not a sample
 
 
 def sample_text(
@@ -38,14 +39,48 @@ def sample_text(
     return prompt + enc.decode(out[0, len(ids) :].tolist())
 
 
-def check_sample_args(prompt: str | None, tokens: int, temperature: float, ctx: int, tokenizer: str) -> None:
+def stream_text(
+    model: GPT,
+    tokenizer: str,
+    n_tokens: int,
+    device: torch.device,
+    prompt: str = "",
+    seed: int = 0,
+    temperature: float = TEMPERATURE,
+    top_k: int | None = TOP_K,
+    every: int = 16,
+):
+    """sample_text's text in pieces, `every` tokens at a time: the prompt, then what each piece adds. The same seed
+    writes the same text as sample_text (one generator draws every token in turn)."""
+    enc = get_tokenizer(tokenizer)
+    ids = enc.encode_ordinary(prompt) if prompt else [enc.eot_token]
+    idx = torch.tensor([ids], device=device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    shown = ""
+    yield prompt
+    for start in range(0, n_tokens, every):
+        idx = model.generate(idx, min(every, n_tokens - start), temperature=temperature, top_k=top_k, generator=gen)
+        text = enc.decode(idx[0, len(ids) :].tolist())
+        # A character split over two tokens decodes as U+FFFD until its second token comes: hold it back till then.
+        ready = text if start + every >= n_tokens else text.rstrip("\ufffd")
+        yield ready[len(shown) :]
+        shown = ready
+
+
+def check_sample_args(
+    prompt: str | None, tokens: int, temperature: float, ctx: int, tokenizer: str, top_k: int = 0
+) -> None:
     """One line for each setting `minigpt sample` cannot use."""
     if prompt is not None and not prompt.strip():
         raise ValueError("--prompt is empty; give some text, or leave --prompt out to start from <|endoftext|>")
-    if tokens < 1:
-        raise ValueError(f"--tokens must be at least 1, got {tokens}")
-    if not temperature >= 0:  # "not >=" also catches nan
-        raise ValueError(f"--temperature must be 0 (always the likeliest token) or more, got {temperature}")
+    if not 1 <= tokens <= MAX_SAMPLE_TOKENS:
+        raise ValueError(f"--tokens must be from 1 to {MAX_SAMPLE_TOKENS:,}, got {tokens:,}")
+    if not 0 <= temperature < float("inf"):  # also catches nan
+        raise ValueError(
+            f"--temperature must be 0 (always the likeliest token) or a finite number above, got {temperature}"
+        )
+    if top_k < 0:
+        raise ValueError(f"--top-k must be 0 (every token) or a positive count, got {top_k}")
     if prompt:
         n = len(get_tokenizer(tokenizer).encode_ordinary(prompt))
         if n > ctx:

@@ -56,8 +56,12 @@ def test_the_exported_file_writes_what_the_lora_run_writes(runs, capsys):
         (["--prompt", ""], "--prompt is empty"),
         (["--prompt", "   "], "--prompt is empty"),
         (["--prompt", "word " * 80], "longer than the model's ctx of 64"),
-        (["--tokens", "0"], "--tokens must be at least 1"),
+        (["--tokens", "0"], "--tokens must be from 1 to 10,000"),
+        (["--tokens", "100000"], "--tokens must be from 1 to 10,000"),
         (["--temperature", "-1"], "--temperature must be 0"),
+        (["--temperature", "inf"], "a finite number"),
+        (["--temperature", "nan"], "a finite number"),
+        (["--top-k", "-3"], "--top-k must be 0 (every token) or a positive count"),
     ],
 )
 def test_bad_sample_arguments_are_one_line_and_leave_the_run_alone(runs, args, message, capsys):
@@ -71,3 +75,18 @@ def test_bad_sample_arguments_are_one_line_and_leave_the_run_alone(runs, args, m
 def test_sampling_a_run_that_is_not_there_is_one_line(tmp_path, capsys):
     assert main(["sample", str(tmp_path / "nothing")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_tiny_temperature_is_greedy_not_nan():
+    """logits / 1e-40 overflows to inf, and softmax(inf - inf) is nan: the largest logit goes first, then it is 0."""
+    model = GPT(get_config("tiny"), seed=0)
+    cold = sampling.sample_text(model, "minigpt-8k", 12, torch.device("cpu"), "Once", seed=5, temperature=1e-40)
+    assert cold == sampling.sample_text(model, "minigpt-8k", 12, torch.device("cpu"), "Once", temperature=0)
+
+
+def test_the_streamed_text_is_the_sampled_text(capsys):
+    """stream_text writes the same tokens as sample_text, in pieces (what `minigpt sample` prints as it goes)."""
+    model = GPT(get_config("tiny"), seed=0)
+    pieces = list(sampling.stream_text(model, "minigpt-8k", 37, torch.device("cpu"), "Once", seed=2, every=5))
+    assert len(pieces) == 1 + 8 and pieces[0] == "Once"
+    assert "".join(pieces) == sampling.sample_text(model, "minigpt-8k", 37, torch.device("cpu"), "Once", seed=2)
