@@ -278,8 +278,10 @@ class GPT(nn.Module):
             if temperature == 0:
                 next_id = logits.argmax(dim=-1, keepdim=True)
             else:
-                # The largest logit subtracted first: a tiny temperature then sends the others to -inf, not inf - inf.
-                logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
+                scaled = logits / temperature
+                if not torch.isfinite(scaled).all():  # a tiny temperature: inf - inf in softmax would be nan
+                    scaled = (logits - logits.amax(dim=-1, keepdim=True)) / temperature  # the largest 0, the rest -inf
+                logits = scaled
                 if top_k is not None:
                     kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
                     logits = logits.masked_fill(logits < kth, float("-inf"))
