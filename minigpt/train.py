@@ -124,7 +124,7 @@ class TrainingDiverged(RuntimeError):
         self.result = result  # the steps before the bad one (result.model holds the ruined weights)
 
 
-def diverged_message(loss: float, step: int, cfg: TrainConfig, run: RunFolder | None) -> str:
+def diverged_message(loss: float, step: int, cfg: TrainConfig, run: RunFolder | None, what: str = "the loss") -> str:
     """What happened, what was kept, and what to check."""
     if run is None:
         kept = "nothing was saved (no --out)"
@@ -138,9 +138,20 @@ def diverged_message(loss: float, step: int, cfg: TrainConfig, run: RunFolder | 
         else "the precision is fp32 already, so not rounding"
     )
     return (
-        f"training diverged: the loss is {loss} at step {step} ({cfg.precision}, lr {cfg.lr:g}); {kept}. "
+        f"training diverged: {what} is {loss} at step {step} ({cfg.precision}, lr {cfg.lr:g}); {kept}. "
         f"Check the learning rate (a lower --lr, more --warmup-steps), the data (--corpus); {precision}"
     )
+
+
+def _weights_finite(model: torch.nn.Module) -> bool:
+    """Whether every floating-point parameter holds only finite values (this process's shard, under FSDP)."""
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters() if p.is_floating_point())
+
+
+def json_line(record: dict) -> str:
+    """A log record as strict JSON: a non-finite number (an fp16 step's inf loss, which the scaler skipped) is
+    written as null, not as the bare NaN or Infinity that strict parsers reject."""
+    return json.dumps({k: v if not isinstance(v, float) or math.isfinite(v) else None for k, v in record.items()})
 
 
 def _stop_requested(stop_signal: StopSignals, world: int) -> str | None:
@@ -297,6 +308,9 @@ def train(
         def save() -> None:
             if not run:
                 return
+            if not _weights_finite(model):  # the last update ruined them: never saved, as a finished run or any
+                step = len(result.history)
+                raise TrainingDiverged(diverged_message("not finite", step, cfg, run, "a weight"), result)
             whole = gather_checkpoint(state) if sharded else None  # every process takes part in the gathering
             if rank == 0:
                 run.save({**checkpoint_snapshot(cfg, state, result, data_gen, whole), **base_entry(cfg, source)})
@@ -329,9 +343,13 @@ def train(
                 if evaluates and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or is_last):
                     record["val_loss"] = estimate_loss(model, data, cfg, device)
                     result.val_history.append((step + 1, record["val_loss"]))
+                if not math.isfinite(record.get("val_loss", 0.0)):  # the update itself ruined the weights
+                    raise TrainingDiverged(
+                        diverged_message(record["val_loss"], step + 1, cfg, run, "the validation loss"), result
+                    )
                 result.history.append(record)
                 if log:
-                    log.write(json.dumps(record) + "\n")
+                    log.write(json_line(record) + "\n")
                     log.flush()
                 bar.update(1)
                 bar.set_postfix(loss=f"{record['loss']:.3f}")

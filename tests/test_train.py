@@ -313,6 +313,41 @@ def test_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(markov_
     assert len(info.value.result.history) == 3  # what was trained before the bad step
 
 
+@pytest.mark.parametrize("save_every", [0, 2])
+def test_weights_ruined_by_the_last_update_are_never_saved(markov_data, tmp_path, save_every):
+    """The loss of a step is measured before its update: an update that ruins the weights (lr 1e6) shows only in
+    the next loss, the validation loss or the weights themselves. The run stops there and keeps what it had."""
+    from minigpt.run_state import load_checkpoint
+    from minigpt.train import TrainingDiverged
+
+    steps = 2 if not save_every else 3
+    cfg = TrainConfig(
+        preset="tiny",
+        batch=2,
+        ctx=16,
+        steps=steps,
+        lr=1e6,
+        warmup_steps=0,
+        save_every=save_every,
+        out=str(tmp_path),
+        verbose=False,
+        sample_tokens=8,
+    )
+    with pytest.raises(TrainingDiverged, match="training diverged"):
+        train(cfg, data=markov_data)
+    if (tmp_path / "checkpoint.pt").exists():
+        assert all(torch.isfinite(v).all() for v in load_checkpoint(tmp_path / "checkpoint.pt")["model"].values())
+
+
+def test_the_log_is_strict_json():
+    """A skipped fp16 step's inf loss is written as null: Python's json would write a bare Infinity."""
+    from minigpt.train import json_line
+
+    line = json_line({"step": 3, "loss": float("inf"), "val_loss": float("nan"), "lr": 1e-3, "skipped": True})
+    assert "Infinity" not in line and "NaN" not in line
+    assert json.loads(line) == {"step": 3, "loss": None, "val_loss": None, "lr": 1e-3, "skipped": True}
+
+
 def test_resuming_a_finished_run_says_so_and_trains_nothing(markov_data, tmp_path, capsys):
     cfg = dict(preset="tiny", batch=2, ctx=16, steps=3, out=str(tmp_path), sample_tokens=0)
     train(TrainConfig(verbose=False, **cfg), data=markov_data)
