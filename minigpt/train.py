@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -256,11 +257,12 @@ def train(
             if cfg.resume:
                 run.check_resumable()  # before the lock, which makes the folder: a resume that fails leaves none
             held.enter_context(run.locked())  # a second run on this folder stops here
-            aside = run.move_aside() if cfg.restart else None
-            if aside:  # said even under --json (on stderr): files moved are worth a line
-                print(f"--restart: moved the run in {run.path} to {aside} (nothing deleted)", file=sys.stderr)
+            if cfg.restart and cfg.init_from and Path(cfg.init_from).resolve() == run.path.resolve():
+                raise ValueError(
+                    f"--init-from {cfg.init_from} is the run --restart would move aside (--out): choose another --out"
+                )
         saved = run.load(asdict(cfg), cfg.steps) if cfg.resume else None  # one that does not fit cfg stops here
-        if run and not cfg.resume and rank == 0:
+        if run and not cfg.resume and not cfg.restart and rank == 0:
             run.check_fresh()
         # --init-from: the source run's weights. A LoRA run needs them on resume too (it saved only its adapters).
         init_from = cfg.init_from or ((saved or {}).get("base") or {}).get("init_from")
@@ -281,6 +283,11 @@ def train(
                 f"corpus's {len(data.train):,} training tokens; a smaller --batch or --accum gives more steps",
                 file=sys.stderr,
             )
+        # --restart moves the old run aside only now, once every other setting has been checked and loaded
+        if run and rank == 0 and cfg.restart:
+            aside = run.move_aside()
+            if aside:  # said even under --json (on stderr): files moved are worth a line
+                print(f"--restart: moved the run in {run.path} to {aside} (nothing deleted)", file=sys.stderr)
         base = source.weights if source else None
         state = build_step_state(cfg.model_config(), cfg, device, base)
         model = state.model

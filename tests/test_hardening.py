@@ -213,6 +213,25 @@ def test_restart_moves_a_saved_run_aside_each_time_and_never_deletes(tmp_path, c
     assert (run / "notes.txt").read_text() == "mine" and (run / "checkpoint.pt").exists()
 
 
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--corpus", "/nonexistent/corpus.txt"], "corpus file not found"),
+        (["--init-from", "{run}", "--lora-rank", "2"], "is the run --restart would move aside"),
+        (["--init-from", "{missing}", "--lora-rank", "2"], "does not exist"),
+    ],
+)
+def test_restart_checks_every_other_setting_before_it_moves_the_run(tmp_path, capsys, flags, message):
+    """A --restart that cannot train leaves the saved run where it was: nothing moves before all else is checked."""
+    run = tmp_path / "run"
+    assert run_cli(capsys, "--steps", "1", "--out", str(run))[0] == 0
+    saved = (run / "checkpoint.pt").read_bytes()
+    flags = [f.format(run=run, missing=tmp_path / "missing") for f in flags]
+    code, _, err = run_cli(capsys, "--steps", "1", "--out", str(run), "--restart", *flags)
+    assert code in (1, 2) and message in err and len(err.strip().splitlines()) == 1, err
+    assert (run / "checkpoint.pt").read_bytes() == saved and not (tmp_path / "run.old-1").exists()
+
+
 def test_a_corrupt_checkpoint_points_at_restart_and_restart_works(tmp_path, capsys):
     run = tmp_path / "run"
     assert run_cli(capsys, "--steps", "1", "--out", str(run))[0] == 0
