@@ -176,6 +176,8 @@ class StopSignals:
 RESUME_MUST_MATCH = ("preset", "n_layer", "n_embd", "n_head", "precision", "master_weights", "ctx", "tokenizer")
 # (a LoRA run's adapters also fix their shapes, and the base's storage what they were trained against)
 RESUME_MUST_MATCH += ("lora_rank", "lora_targets", "base_dtype", "quant_block", "train_norms", "train_embedding")
+# (and the adapters' scale alpha / rank: a new alpha would rescale what the adapters have learned, silently)
+RESUME_MUST_MATCH += ("lora_alpha",)
 # (and the optimizer: AdamW's fp32 moments and AdamW8bit's codes are different state; with or without the
 # step in backward the state is the same, so --optimizer-in-backward may change)
 RESUME_MUST_MATCH += ("optimizer",)

@@ -65,6 +65,16 @@ def test_a_resumed_lora_run_equals_the_straight_one(base_run, markov_data, tmp_p
         assert torch.equal(a, b), name
 
 
+def test_resume_refuses_a_new_lora_alpha(base_run, markov_data, tmp_path):
+    """alpha / rank scales what the adapters learned: a new alpha on resume would change the model, not continue it."""
+    common = dict(**COMMON, **LORA, steps=3, init_from=str(base_run), out=str(tmp_path / "lora"))
+    train(TrainConfig(**common), data=markov_data, on_step=lambda r: r["step"] == 1)
+    before = digest(tmp_path / "lora" / "checkpoint.pt")
+    with pytest.raises(ValueError, match="--lora-alpha: saved"):
+        train(TrainConfig(**{**common, "lora_alpha": 2 * TrainConfig().lora_alpha, "resume": True}), data=markov_data)
+    assert digest(tmp_path / "lora" / "checkpoint.pt") == before
+
+
 def test_resume_refuses_adapters_whose_base_has_changed(base_run, markov_data, tmp_path):
     base = tmp_path / "base"
     train(TrainConfig(**COMMON, steps=2, out=str(base)), data=markov_data)
