@@ -68,8 +68,11 @@ def settings_from_source(args: argparse.Namespace) -> None:
 
 def lora_shape(args: argparse.Namespace) -> dict:
     """The LoRA settings for memory.estimate and memory.measure (none without --lora-rank)."""
+    from minigpt.config import check_lora_flags
+
     if args.lora_rank is not None and args.lora_rank < 1:
         raise ValueError(f"--lora-rank {args.lora_rank}: a rank is at least 1 (leave it out to train every weight)")
+    check_lora_flags({n: getattr(args, n) for n in LORA_SHAPE})  # a flag that would do nothing is an error
     return {n: getattr(args, n) for n in LORA_SHAPE} if args.lora_rank else {}
 
 

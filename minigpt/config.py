@@ -7,7 +7,7 @@ ValueError here, naming the flag, before anything slow starts.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from minigpt.loss import check_loss_chunks
 from minigpt.model import PRESETS, ModelConfig, shaped_config
@@ -192,12 +192,8 @@ def check_finetune(cfg: TrainConfig) -> None:
         raise ValueError(f"--corpus {cfg.corpus} and --builtin-corpus {cfg.builtin_corpus}: give one of them")
     if cfg.init_from is not None and not str(cfg.init_from).strip():
         raise ValueError("--init-from is empty; give a finished run folder")
+    check_lora_flags({name: getattr(cfg, name) for name in LORA_ONLY})
     if cfg.lora_rank is None:
-        lora_only = {"base_dtype": "fp32", "train_norms": False, "train_embedding": False}
-        for name, default in lora_only.items():
-            if getattr(cfg, name) != default:
-                flag = "--" + name.replace("_", "-")
-                raise ValueError(f"{flag} applies to LoRA only (everything trains without it); add --lora-rank R")
         return
     width = PRESETS[cfg.preset].n_embd  # every block layer is at least this wide in and out
     if not 1 <= cfg.lora_rank <= width:
@@ -221,6 +217,34 @@ def check_finetune(cfg: TrainConfig) -> None:
         )
     if cfg.shard == "fsdp":
         raise ValueError("--lora-rank with --shard fsdp: the frozen, quantized base is not sharded; use --shard none")
+
+
+LORA_ONLY = ("lora_rank", "base_dtype", "train_norms", "train_embedding", "lora_alpha", "lora_targets", "quant_block")
+
+
+def check_lora_flags(values: dict) -> None:
+    """A LoRA flag that would do nothing is an error, not ignored: any of them without --lora-rank, and
+    --quant-block with a base that is not quantized. values: {field: value} of LORA_ONLY's fields given."""
+    defaults = {f.name: f.default for f in fields(TrainConfig)}
+    flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
+    if values.get("lora_rank") is None:
+        for name, value in values.items():
+            if name != "lora_rank" and value != defaults[name]:
+                raise ValueError(f"{flag(name)} applies to LoRA only (everything trains without it); add --lora-rank R")
+        return
+    quantized = ("int8", "nf4")
+    if values.get("base_dtype", defaults["base_dtype"]) not in quantized and values.get("quant_block", 64) != 64:
+        raise ValueError(
+            f"--quant-block sets the block of a quantized base (--base-dtype {' or '.join(quantized)}); the "
+            f"{values.get('base_dtype', defaults['base_dtype'])} base has none: leave --quant-block out"
+        )
+
+
+def without_lora(settings: dict) -> dict:
+    """A checkpoint's settings as a plain run's: every LoRA-only setting at its default (an export, or a run
+    saved before check_lora_flags that kept, say, lora_alpha without a rank)."""
+    defaults = {f.name: f.default for f in fields(TrainConfig)}
+    return {**settings, **{name: defaults[name] for name in LORA_ONLY}}
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:

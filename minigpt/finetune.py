@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from minigpt.config import TrainConfig
+from minigpt.config import TrainConfig, without_lora
 from minigpt.lora import add_adapters, has_adapters, load_trainable, merged_state_dict
 from minigpt.model import GPT, ModelConfig
 from minigpt.run_state import CheckpointError, first_line, load_checkpoint, save_checkpoint
@@ -73,6 +73,8 @@ def config_from(saved: dict) -> TrainConfig:
     """The TrainConfig a checkpoint was trained with (settings this minigpt does not know are left out)."""
     known = {f.name for f in fields(TrainConfig)}
     settings = {k: v for k, v in saved["train_config"].items() if k in known}
+    if settings.get("lora_rank") is None:
+        settings = without_lora(settings)
     return TrainConfig(**{**settings, "resume": False, "restart": False, "out": None, "save_every": 0})
 
 
@@ -161,7 +163,7 @@ def export(run: str | Path, out: str | Path) -> tuple[Path, bool]:
     model = model_from(saved, run, "cpu", "export")
     adapted = has_adapters(model)
     cfg = saved["train_config"]
-    plain = {**cfg, "lora_rank": None, "base_dtype": "fp32", "train_norms": False, "train_embedding": False}
+    plain = without_lora(cfg)
     snapshot = {
         "model": merged_state_dict(model) if adapted else model.state_dict(),
         "model_config": saved["model_config"],

@@ -24,7 +24,7 @@ from tabulate import tabulate
 from wrong_answers.classic import MISTAKES
 
 # The runs below are whole pytest sessions and notebook executions, started together: minutes on a busy CPU.
-pytestmark = pytest.mark.timeout(900)
+pytestmark = pytest.mark.timeout(3600)
 
 
 make_exercises = load_script("make_exercises")

@@ -23,7 +23,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BOUND_S = 300  # "finishes in bounded time": minutes at most on a busy 2-core machine, where a hang is forever
-pytestmark = pytest.mark.timeout(900)
+pytestmark = pytest.mark.timeout(3600)
 
 STUB_1_1 = """
 def decode_float(value, dtype):

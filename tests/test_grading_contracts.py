@@ -20,7 +20,7 @@ from wrong_answers import SETS
 
 from minigpt.grading.contract import expected_path, load_expected
 
-pytestmark = pytest.mark.timeout(1800)  # every wrong-answer set graded twice: many minutes on a busy 2-core machine
+pytestmark = pytest.mark.timeout(3600)  # every wrong-answer set graded twice: many minutes on a busy 2-core machine
 make_expected = load_script("make_expected")
 CHAPTERS = sorted(p.stem for p in (ROOT / "solutions").glob("ch*_*.py"))
 LABELS = ("Returns:", "In place:", "Raises:")

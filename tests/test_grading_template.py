@@ -11,7 +11,7 @@ import pytest
 from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.timeout(600)
+pytestmark = pytest.mark.timeout(3600)
 
 
 def _script():

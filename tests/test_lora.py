@@ -181,6 +181,11 @@ def test_the_trained_tensors_round_trip_and_a_mismatch_is_refused():
         (lambda: TrainConfig(lora_rank=4, shard="fsdp"), "--shard fsdp"),
         (lambda: TrainConfig(lora_rank=4, lora_alpha=0), "--lora-alpha must be positive"),
         (lambda: TrainConfig(lora_rank=4, base_dtype="nf4", quant_block=48), "--quant-block 48"),
+        (lambda: TrainConfig(lora_alpha=8), "--lora-alpha applies to LoRA only"),
+        (lambda: TrainConfig(lora_targets="mlp"), "--lora-targets applies to LoRA only"),
+        (lambda: TrainConfig(quant_block=32), "--quant-block applies to LoRA only"),
+        (lambda: TrainConfig(lora_rank=4, quant_block=32), "--quant-block sets the block of a quantized base"),
+        (lambda: TrainConfig(lora_rank=4, base_dtype="bf16", quant_block=0), "the bf16 base has none"),
     ],
 )
 def test_bad_adapter_settings_are_one_clear_line(call, message):
@@ -282,3 +287,19 @@ def test_the_frozen_base_is_unpacked_one_layer_at_a_time():
     values = {name: out * inp for name, (out, inp) in linear_shapes(cfg).items()}
     assert meas.weight_copies == 8 * max(values.values())
     assert meas.weight_copies < 4 * cfg.n_layer * sum(values.values()) / 10  # a tenth of an fp32 base, here 1/20
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--base-dtype", "nf4"], "--base-dtype applies to LoRA only"),
+        (["--train-norms"], "--train-norms applies to LoRA only"),
+        (["--lora-rank", "4", "--quant-block", "32"], "--quant-block sets the block of a quantized base"),
+    ],
+)
+def test_memory_refuses_a_lora_flag_that_would_do_nothing_as_train_does(flags, message, capsys):
+    from minigpt.cli import main
+
+    assert main(["memory", "--preset", "tiny", "--batch", "1", "--ctx", "16", *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1

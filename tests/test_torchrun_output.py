@@ -35,7 +35,7 @@ def torchrun(*args: str, cwd: Path = ROOT) -> subprocess.Popen:
 
 def test_json_under_torchrun_is_exactly_one_object_from_process_0():
     proc = torchrun("-m", "minigpt", *TINY, "--steps", "2", "--json")
-    out, err = proc.communicate(timeout=300)
+    out, err = proc.communicate(timeout=1800)
     assert proc.returncode == 0, err[-2000:]
     summary = json.loads(out)  # the whole of stdout: one object, nothing interleaved
     assert summary["steps"] == 2 and summary["final_val_loss"] is not None and summary["effective_batch"] == 4
@@ -51,7 +51,7 @@ def test_an_interrupted_torchrun_says_once_how_to_resume_with_torchrun(tmp_path)
             break
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)  # torchrun passes it on to both processes: they stop after the step, save
-    _, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=1200)
     hints = [line for line in err.splitlines() if line.startswith("interrupted at step")]
     assert len(hints) == 1, err[-3000:]
     command = hints[0].split("resume with: ", 1)[1]
@@ -63,7 +63,7 @@ def test_a_failing_process_ends_the_run_with_one_minigpt_line():
     """Process 1 raises at step 2; process 0, waiting in the all-reduce, sees its peer go and says nothing."""
     script = ROOT / "tests" / "torchrun_failing_rank.py"
     proc = torchrun(str(script), *TINY, "--steps", "5", "--json")
-    out, err = proc.communicate(timeout=300)  # both processes end: no hang in a collective
+    out, err = proc.communicate(timeout=1800)  # both processes end: no hang in a collective
     assert proc.returncode != 0 and out == ""
     ours = [line for line in err.splitlines() if line.startswith("minigpt train:")]
     assert ours == [
