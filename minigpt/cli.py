@@ -426,7 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hardware", default="t4", choices=list(HARDWARE))
     p.add_argument("--gpus", type=int, default=1, help="data-parallel GPUs; the plan is per GPU (default: 1)")
     p.add_argument("--shard", default="none", choices=list(SHARD_MODES), help="what the GPUs split (default: none)")
-    p.add_argument("--ctx", type=int, help="default: the preset's maximum")
+    p.add_argument("--ctx", type=int, help="default: the preset's maximum (with --largest: 256)")
     p.add_argument("--effective-batch", type=int, default=128)
     p.add_argument("--optimizer", default="adamw", choices=list(OPTIMIZERS), help="adamw8bit: 8-bit moments")
     p.add_argument("--table", action="store_true", help="the recommended-settings table, made by the planner")

@@ -66,6 +66,9 @@ def describe(plan: BudgetPlan, title: str) -> list[str]:
     return lines + ["  why:"] + [f"    - {r}" for r in plan.reasons]
 
 
+LARGEST_CTX = 256  # --largest without --ctx: the family's sequence length for the search
+
+
 def cmd_plan_budget(args: argparse.Namespace) -> int:
     """Plan one model (--preset with its shape) or the largest of the family (--largest) for --budget."""
     device = torch.device(args.device)
@@ -74,16 +77,21 @@ def cmd_plan_budget(args: argparse.Namespace) -> int:
         raise ValueError(f"--ctx must be at least 1, got {args.ctx}")
     if args.batch < 1:
         raise ValueError(f"--batch must be at least 1, got {args.batch}")
-    ctx = args.ctx or 256
     choices = all_levers(supported_precisions(device), fine_tune=True) if args.fine_tune else None
     if args.largest:
+        ctx = args.ctx or LARGEST_CTX  # no preset to take it from
         if args.preset or args.n_layer or args.n_embd or args.n_head:
             raise ValueError("--largest chooses the model itself: leave out --preset and the shape flags")
         best = largest(budget, ctx, args.batch, device.type, choices=choices)
         naive = largest(budget, ctx, args.batch, device.type, choices=[NO_LEVERS])
         ratio = count_params(best.model) / count_params(naive.model)
         if args.json:
-            print(json.dumps({"budget": how, "levers": best.to_dict(), "naive": naive.to_dict(), "ratio": ratio}))
+            run = best.command(device=device.type) if best.fits else None  # what a script runs, as printed
+            print(
+                json.dumps(
+                    {"budget": how, "levers": best.to_dict(), "naive": naive.to_dict(), "ratio": ratio, "command": run}
+                )
+            )
             return 0
         print(f"Budget {how}; ctx {ctx}, micro-batch {args.batch}, on {device.type}")
         print("\n".join(describe(best, "Largest with every lever")))
@@ -98,13 +106,15 @@ def cmd_plan_budget(args: argparse.Namespace) -> int:
         raise ValueError(f"--preset {preset} is planned as it is: its shape flags work with {', '.join(PRESETS)}")
     else:
         model = PLAN_MODELS[preset]
+    ctx = args.ctx or model.ctx  # the preset's maximum, as --ctx's help says
     if ctx > model.ctx:
         raise ValueError(f"--ctx {ctx} is above the model's maximum of {model.ctx}")
     plan = plan_for_budget(model, budget, ctx, args.batch, device.type, choices=choices, name=preset)
     if args.fine_tune and plan.fits and plan.levers.lora_rank:
         plan.reasons.append("fine-tuning: add --init-from RUN (the finished run whose weights are the frozen base)")
     if args.json:
-        print(json.dumps({"budget": how, **plan.to_dict()}))
+        run = plan.command(device=device.type) if plan.fits else None  # what a script runs, as printed
+        print(json.dumps({"budget": how, **plan.to_dict(), "command": run}))
         return 0
     print(f"Budget {how}; ctx {ctx}, micro-batch {args.batch}, on {device.type}")
     print("\n".join(describe(plan, "Plan")))

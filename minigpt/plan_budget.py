@@ -62,6 +62,13 @@ class Levers:
 
 
 NO_LEVERS = Levers()  # fp32 AdamW, nothing else: what a first training script does
+TIE = 0.01  # predicted step times within 1% of the fastest count as a tie
+
+
+def changes_the_result(levers: Levers) -> bool:
+    """Whether these levers train a different model than fp32-faithful AdamW would (beyond rounding): the step in
+    backward turns gradient clipping off, 8-bit moments are approximate, LoRA trains adapters only."""
+    return levers.optimizer_in_backward or levers.optimizer != "adamw" or levers.lora_rank is not None
 
 
 def supported_precisions(device: torch.device) -> list[str]:
@@ -283,7 +290,12 @@ def plan_for_budget(
             f" above {fill / MIB:,.0f} MiB ({1 - PREDICTION_MARGIN:.0%} of the budget)"
         )
         return plan
-    _, _, plan.levers, plan.breakdown, plan.seconds = min(fitting, key=lambda s: (s[0], s[1]))
+    # The fastest; at a tie (within TIE), a set that trains the same model first: a lever that changes the result
+    # (no gradient clipping, 8-bit moments, adapters instead of every weight) is chosen only for speed or to fit.
+    fastest = min(s[0] for s in fitting)
+    _, _, plan.levers, plan.breakdown, plan.seconds = min(
+        fitting, key=lambda s: (s[0] > fastest * (1 + TIE), changes_the_result(s[2]), s[0], s[1])
+    )
     plan.runtime_bytes = runtime(plan.levers)
     if plan.runtime_bytes:
         plan.reasons.append(

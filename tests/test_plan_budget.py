@@ -1,5 +1,6 @@
 """The budget planner: the fastest set of levers that fits, the largest model of the family, and its command."""
 
+import json
 import shlex
 
 import pytest
@@ -132,3 +133,23 @@ def test_fine_tuning_may_choose_lora_where_full_training_does_not_fit():
     assert not full.fits or full.levers.lora_rank is None
     assert tuned.fits and tuned.levers.lora_rank == 8
     assert "--lora-rank 8" in tuned.command() and tuned.predicted_process_bytes <= 0.95 * 520 * MIB
+
+
+@pytest.mark.parametrize(("preset", "ctx"), [("tiny", 64), ("10m", 256)])
+def test_plan_budget_plans_the_presets_own_context_by_default(preset, ctx, capsys):
+    """--ctx defaults to the preset's maximum, as its help says (not a fixed 256)."""
+    assert main(["plan", "--budget", "64GiB", "--preset", preset, "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["ctx"] == ctx and f"--ctx {ctx}" in planned["command"], planned
+
+
+def test_a_tie_never_turns_off_gradient_clipping_or_other_result_changing_levers():
+    """With memory to spare, the step in backward (no clipping) or 8-bit moments take the same predicted time as
+    AdamW: the plan keeps AdamW with clipping (a lever that changes the training result is chosen to fit or for
+    speed, never to break a tie)."""
+    from minigpt.plan_budget import changes_the_result
+
+    model = family_model(8)
+    roomy = plan(model, 64 * GIB)
+    assert roomy.fits and not changes_the_result(roomy.levers), roomy.levers
+    assert "--grad-clip 0" not in roomy.command()
