@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +53,23 @@ def _last_line(path: Path) -> str:
     return lines[-1].strip()[:200] if lines else "no output"
 
 
+def wait_awake(process: subprocess.Popen, timeout_s: float) -> int:
+    """process.wait(timeout_s), continuing the process every half second: an answer that stops its grader
+    (SIGSTOP, found through /proc) would otherwise hold the whole class until the session timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return process.wait(timeout=min(0.5, max(deadline - time.monotonic(), 0.001)))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                raise
+            if hasattr(signal, "SIGCONT"):
+                try:
+                    os.kill(process.pid, signal.SIGCONT)
+                except OSError:
+                    pass
+
+
 def grade_one(submission: Path, table: dict[str, float], timeout_s: float, session_timeout_s: float) -> Grade:
     """Grade one submission in a fresh grader process; whatever happens, a Grade comes back."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -65,7 +83,7 @@ def grade_one(submission: Path, table: dict[str, float], timeout_s: float, sessi
                 cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
             )
             try:
-                code = grader.wait(timeout=session_timeout_s)
+                code = wait_awake(grader, session_timeout_s)
             except subprocess.TimeoutExpired:
                 os.killpg(grader.pid, signal.SIGKILL)  # the grader; its workers end with it
                 grader.wait()

@@ -82,6 +82,28 @@ ATTACKS = {
             raise NotImplementedError("Exercise 1.1: not done")
         """,
     "a file that hangs at import": "\nwhile True:\n    pass\n",
+    "an answer that stops its parent (the server workers fork from)": """
+        def decode_float(value, dtype):
+            import os
+            import signal
+
+            os.kill(os.getppid(), signal.SIGSTOP)  # the next exercise's worker is never forked, unless woken
+            raise NotImplementedError("Exercise 1.1: not done")
+        """,
+    "an answer that stops the grader itself": STUB_1_1
+    + textwrap.dedent(
+        """
+        import os
+        import signal
+
+
+        def decode_float(value, dtype):
+            server = os.getppid()  # the server the workers fork from; its parent is the grader
+            grader = int(open(f"/proc/{server}/stat").read().rsplit(")", 1)[1].split()[1])
+            os.kill(grader, signal.SIGSTOP)
+            raise NotImplementedError("Exercise 1.1: not done")
+        """
+    ),
     # Dishonest answers that used to raise the score
     "a re-registered reporting hook and a replaced grade": STUB_1_1
     + textwrap.dedent(
@@ -130,7 +152,12 @@ ATTACKS = {
 }
 HANGS = {"a retry loop with a bare except", "an answer that ignores SIGALRM", "a file that hangs at import"}
 AT_IMPORT = {"a file that hangs at import", "os._exit(0) at import"}  # top-level code: the chapter-1 file is lost
-ON_GRADE_FILES = {"an atexit hook that writes its own grade.json", "a grade.json with an extra exercise"}
+# through make grade (one grader process per learner, run by scripts/grade_submissions.py, which keeps it awake)
+ON_GRADE_FILES = {
+    "an atexit hook that writes its own grade.json",
+    "a grade.json with an extra exercise",
+    "an answer that stops the grader itself",
+}
 
 
 def points(test_file: str) -> dict[str, float]:

@@ -115,6 +115,22 @@ def warm_up() -> None:
         forkserver.ensure_running()
 
 
+def wake_the_server() -> None:
+    """Continue the server workers are forked from. It is every worker's parent, so an answer can stop it
+    (os.kill(os.getppid(), signal.SIGSTOP)); stopped, it would fork no worker again and every later exercise
+    would wait out its start. Called before each start and after each stop: a stop costs nothing."""
+    if not hasattr(signal, "SIGCONT") or _context().get_start_method() != "forkserver":
+        return
+    from multiprocessing import forkserver
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)  # CPython's forkserver keeps its pid here
+    if pid:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except OSError:
+            pass  # gone: multiprocessing starts a new one when asked
+
+
 def answer_error(error: dict) -> Exception:
     """The grader's exception for an error the learner's code raised (a report's "error")."""
     if error.get("not_done") is not None:
@@ -166,6 +182,7 @@ class Worker:
             "answers_path": str(self.answers_path),
         }
         began = time.monotonic()
+        wake_the_server()
         self.process = _context().Process(target=worker.serve, args=(theirs, setup), name=f"exercise {self.exercise}")
         # multiprocessing re-runs the parent's main script in a new process unless it is `python -m`: a worker
         # must not (a script that calls pytest.main() would grade again in it), so it sees no main script.
@@ -313,6 +330,7 @@ class Worker:
             self.process.join(10)
         if self.sock is not None:
             self.sock.close()
+        wake_the_server()
 
 
 def _short(text: str, max_lines: int = 6) -> str:
