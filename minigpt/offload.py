@@ -9,7 +9,9 @@ returns anything; `unpack` runs when the backward needs it and must give the sam
   bytes to a file in a temp folder and unpack reads them back. Written pages sit in the operating
   system's page cache, which is not this process's memory (RSS), and can go to disk when memory is short.
   Plain writes and reads (os.pwrite, os.preadv), not a memory map: mapped pages that stay resident would
-  count in the RSS. The folder is removed when the window ends, on success, on an error and on Ctrl-C.
+  count in the RSS. On POSIX the file's name (and its folder) is removed as soon as it is open, so the
+  bytes live as long as the process holds the file: nothing is left on disk after a crash or kill -9.
+  Elsewhere the folder is removed when the window ends, on success, on an error and on Ctrl-C.
 
 What moves: each saved floating-point tensor's whole storage (views of one storage are written once, and
 come back with their own sizes and strides, so the gradients are bitwise those of a run without it).
@@ -114,9 +116,19 @@ class ActivationOffloader:
             _give_freed_memory_back()
             self.folder = make_offload_folder(self.parent)
             try:
-                self._fd = os.open(os.path.join(self.folder, "activations.bin"), os.O_RDWR | os.O_CREAT, 0o600)
+                path = os.path.join(self.folder, "activations.bin")
+                self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+                if os.name == "posix":  # the open file needs no name: nothing is left on disk even after kill -9
+                    os.unlink(path)
+                    os.rmdir(self.folder)
+                    self.folder = None
             except BaseException:
-                shutil.rmtree(self.folder, ignore_errors=True)
+                if self._fd is not None:
+                    os.close(self._fd)
+                    self._fd = None
+                if self.folder is not None:
+                    shutil.rmtree(self.folder, ignore_errors=True)
+                    self.folder = None
                 raise
         return self
 

@@ -313,3 +313,18 @@ def test_a_reader_that_leaves_the_pipe_never_stops_training_or_loses_its_checkpo
     assert max(r.get("step", 0) for r in records) == 30, "every step ran after the reader left"
     assert load_checkpoint(out / "checkpoint.pt")["step"] == 30
     assert "BrokenPipeError" not in stderr and "Traceback" not in stderr
+
+
+@posix_only
+def test_kill_9_during_offloaded_training_leaves_no_temp_files(tmp_path):
+    """The offloaded activations live in a file without a name: a run killed with SIGKILL mid-step leaves nothing
+    in --offload-dir (before, each killed run left its temp folder behind, as large as the activations)."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    cmd = [sys.executable, "-m", "minigpt", "train", "--preset", "tiny", "--batch", "4", "--ctx", "64"]
+    cmd += ["--steps", "100000", "--offload-activations", "--offload-dir", str(scratch), "--out", str(tmp_path / "r")]
+    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    assert proc.stdout.readline() and proc.stdout.readline()  # training: the batch line, then a step's line
+    proc.kill()
+    proc.wait(timeout=600)
+    assert os.listdir(scratch) == []
