@@ -6,17 +6,24 @@ file or the new one, never a truncated mix. Checkpoints, token caches and the bu
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
 
-def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
+class DiskFull(OSError):
+    """The disk filled up while a file was written: which disk, how much the file needs, how much is free."""
+
+
+def write_atomically(path: str | Path, write: Callable[[BinaryIO], object], size_hint: int | None = None) -> Path:
     """Call `write(f)` on a temp file next to `path`, flush it to disk, then rename it over `path`.
 
-    If `write` fails the temp file is removed and whatever was at `path` before is left untouched.
+    If `write` fails the temp file is removed and whatever was at `path` before is left untouched; a full disk
+    is a DiskFull that names the folder and the space needed (size_hint: about how many bytes the file takes).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -27,11 +34,35 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> P
             f.flush()
             os.fsync(f.fileno())  # the bytes are on disk before the name points at them
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
+        written = Path(tmp).stat().st_size if Path(tmp).exists() else 0
         Path(tmp).unlink(missing_ok=True)
+        if _is_disk_full(error):
+            raise _disk_full(path, written, size_hint) from None
         raise
     _fsync_folder(path.parent)
     return path
+
+
+def _is_disk_full(error: BaseException) -> bool:
+    """ENOSPC (or a quota) from the OS, or torch.save's way of saying its write came up short."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return True
+    return isinstance(error, RuntimeError) and ("unexpected pos" in str(error) or "file write failed" in str(error))
+
+
+def _disk_full(path: Path, written: int, size_hint: int | None) -> DiskFull:
+    free = shutil.disk_usage(path.parent).free
+    need = f"about {_mib(size_hint)}" if size_hint else f"more than the {_mib(written)} written before it filled"
+    return DiskFull(
+        errno.ENOSPC,
+        f"the disk holding {path.parent} is full: {path.name} needs {need}, and {_mib(free)} are free there "
+        f"(the previous {path.name}, if any, is untouched); free some space or write to another disk",
+    )
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
 
 
 def _fsync_folder(folder: Path) -> None:

@@ -56,7 +56,18 @@ def first_line(text: str, limit: int = 120) -> str:
 def save_checkpoint(state: dict, path: str | Path) -> Path:
     """Write `state` (plus a format marker) to `path` via a temp file and an atomic rename."""
     marked = {"format": FORMAT, "version": VERSION, **state}
-    return write_atomically(path, lambda f: torch.save(marked, f))
+    return write_atomically(path, lambda f: torch.save(marked, f), size_hint=tensor_bytes(marked))
+
+
+def tensor_bytes(value: object) -> int:
+    """The bytes of every tensor in a nested dict, list or tuple: about what torch.save writes for it."""
+    if isinstance(value, torch.Tensor):
+        return value.untyped_storage().nbytes()
+    if isinstance(value, dict):
+        return sum(tensor_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(tensor_bytes(v) for v in value)
+    return 0
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
