@@ -195,7 +195,7 @@ def check_finetune(cfg: TrainConfig) -> None:
     check_lora_flags({name: getattr(cfg, name) for name in LORA_ONLY})
     if cfg.lora_rank is None:
         return
-    width = PRESETS[cfg.preset].n_embd  # every block layer is at least this wide in and out
+    width = cfg.model_config().n_embd  # every block layer is at least this wide in and out (--n-embd counts)
     if not 1 <= cfg.lora_rank <= width:
         raise ValueError(
             f"--lora-rank {cfg.lora_rank}: choose 1 to {width} (the {cfg.preset} layers' smallest width), "
@@ -209,7 +209,7 @@ def check_finetune(cfg: TrainConfig) -> None:
     if cfg.quant_block < 0:
         raise ValueError(f"--quant-block must be 0 (per channel) or more, got {cfg.quant_block}")
     if cfg.base_dtype in ("int8", "nf4"):
-        block_size((PRESETS[cfg.preset].n_embd, PRESETS[cfg.preset].n_embd), cfg.quant_block)
+        block_size((width, width), cfg.quant_block)
     if cfg.precision == "bf16-pure":
         raise ValueError(
             "--lora-rank with --precision bf16-pure: the frozen base's storage is --base-dtype and the adapters "

@@ -22,7 +22,7 @@ from minigpt.model import GPT, ModelConfig
 from minigpt.run_state import CheckpointError, first_line, load_checkpoint, save_checkpoint
 
 # The settings a fine-tuning run takes from its source: they fix the model's shape and what token ids mean.
-FROM_SOURCE = ("preset", "tokenizer")
+FROM_SOURCE = ("preset", "tokenizer", "n_layer", "n_embd", "n_head")  # the source's model, and how it reads text
 
 
 @dataclass
@@ -87,14 +87,23 @@ def model_from(saved: dict, path: str | Path, device: torch.device | str = "cpu"
         model.load_state_dict(saved["model"])
         return model.to(device)
     base = saved.get("base") or {}
-    source = load_source(base.get("init_from") or cfg.init_from or "", flag=f"{flag} {path}: its base")
-    if source.sha256 != base.get("sha256"):
+    if not (base.get("init_from") or cfg.init_from):  # trained without --init-from: the base is the seed's init
+        if base.get("sha256") not in (None, weights_sha256(model.state_dict())):
+            raise ValueError(
+                f"{flag} {path}: its base, the random initialization of seed {cfg.seed}, is not what "
+                "this version of minigpt makes from that seed; the adapters cannot be used with it"
+            )
+        source = None
+    else:
+        source = load_source(base.get("init_from") or cfg.init_from, flag=f"{flag} {path}: its base")
+    if source is not None and source.sha256 != base.get("sha256"):
         raise ValueError(
             f"{flag} {path}: its base {source.path} has changed since the adapters were trained (sha256 "
             f"{source.sha256[:12]}, saved {str(base.get('sha256'))[:12]}); restore that run, or export the adapters "
             "before changing it"
         )
-    model.load_state_dict(source.weights)
+    if source is not None:
+        model.load_state_dict(source.weights)
     model.to(device)
     add_adapters(
         model,
@@ -126,17 +135,40 @@ def check_source(cfg: TrainConfig, source: Source) -> None:
     for name in FROM_SOURCE:
         given, theirs = getattr(cfg, name), source.train_config.get(name)
         if theirs is not None and given != theirs:
+            flag = "--" + name.replace("_", "-")
             raise ValueError(
-                f"--{name} {given} contradicts --init-from {source.path}, trained with --{name} {theirs}; "
-                f"leave --{name} out (it comes from the source run) or give {theirs}"
+                f"{flag} {given} contradicts --init-from {source.path}, trained with {flag} {theirs}; "
+                f"leave {flag} out (it comes from the source run) or give {theirs}"
+            )
+    mine = cfg.model_config()
+    for name in ("n_layer", "n_embd", "n_head", "vocab_size"):
+        theirs = source.model_config.get(name)
+        if theirs is not None and getattr(mine, name) != theirs:
+            raise ValueError(
+                f"--init-from {source.path} is a model with {name} {theirs}, this run's has {getattr(mine, name)}; "
+                "leave the shape flags out (the shape comes from the source run)"
             )
 
 
 def base_entry(cfg: TrainConfig, source: Source | None) -> dict:
-    """What a LoRA run's checkpoint says about its base: where it is and the sha256 of its weights."""
-    if not cfg.lora_rank or source is None:
+    """What a LoRA run's checkpoint says about its base: where it is and the sha256 of its weights (without
+    --init-from: no path, the sha256 of the seed's random initialization, which sample and export make again)."""
+    if not cfg.lora_rank:
         return {}
+    if source is None:
+        return {"base": {"init_from": None, "seed": cfg.seed, "sha256": _initial_sha256(cfg.model_config(), cfg.seed)}}
     return {"base": {"init_from": str(source.path.resolve()), "sha256": source.sha256}}
+
+
+_INITIAL: dict[tuple, str] = {}
+
+
+def _initial_sha256(model_cfg: ModelConfig, seed: int) -> str:
+    """sha256 of GPT(model_cfg, seed)'s weights, made once per shape and seed (a run saves many times)."""
+    key = (repr(model_cfg), seed)
+    if key not in _INITIAL:
+        _INITIAL[key] = weights_sha256(GPT(model_cfg, seed=seed).state_dict())
+    return _INITIAL[key]
 
 
 def check_base(saved: dict, source: Source, run: str | Path) -> None:

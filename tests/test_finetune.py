@@ -156,3 +156,46 @@ def test_the_recipes_corpus_has_its_own_token_cache():
     assert recipes.n_tokens != stories.n_tokens
     with pytest.raises(ValueError, match="give one of them"):
         TrainConfig(corpus="x.txt", builtin_corpus="recipes")
+
+
+def test_a_custom_shape_carries_over_to_its_fine_tuning(markov_data, tmp_path, monkeypatch, capsys):
+    """A base trained with --n-embd 40 (as plan --largest prints shapes): --init-from builds that shape, LoRA's
+    rank is checked against it, and sample and export work; a shape flag that contradicts it is one line."""
+    from minigpt.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    shape = ["--preset", "tiny", "--n-embd", "40", "--n-head", "2", "--batch", "2", "--ctx", "16", "--steps", "2"]
+    assert main(["train", *shape, "--out", "base"]) == 0
+    tune = ["--init-from", "base", "--lora-rank", "4", "--batch", "2", "--ctx", "16", "--steps", "2"]
+    assert main(["train", *tune, "--out", "lora"]) == 0
+    assert main(["sample", "lora", "--tokens", "4"]) == 0
+    assert main(["export", "lora", "--out", "merged.pt"]) == 0
+    assert (
+        main(["train", "--init-from", "merged.pt", "--batch", "2", "--ctx", "16", "--steps", "1", "--out", "again"])
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["train", *tune, "--n-embd", "64", "--out", "wrong"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--n-embd 64 contradicts --init-from" in err and "\n" not in err
+
+
+def test_a_lora_run_without_init_from_samples_and_exports_from_anywhere(markov_data, tmp_path, monkeypatch, capsys):
+    """Without --init-from the frozen base is the seed's random initialization: sample and export make it again
+    (checked by its sha256), even from inside another run's folder, which they must not take for the base."""
+    from minigpt.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    common = ["--preset", "tiny", "--batch", "2", "--ctx", "16", "--steps", "2"]
+    assert main(["train", *common, "--out", "plain"]) == 0
+    assert main(["train", *common, "--lora-rank", "4", "--out", "lora"]) == 0
+    base = load_checkpoint(tmp_path / "lora" / "checkpoint.pt")["base"]
+    assert base["init_from"] is None and len(base["sha256"]) == 64
+    capsys.readouterr()
+    monkeypatch.chdir(tmp_path / "plain")  # a run folder: not the LoRA run's base
+    assert main(["sample", "../lora", "--tokens", "6", "--temperature", "0"]) == 0
+    sampled = capsys.readouterr().out.split("\n", 1)[1]
+    assert main(["export", "../lora", "--out", "../merged.pt"]) == 0
+    capsys.readouterr()
+    assert main(["sample", "../merged.pt", "--tokens", "6", "--temperature", "0"]) == 0
+    assert capsys.readouterr().out.split("\n", 1)[1] == sampled  # the merged model writes what the adapters did
