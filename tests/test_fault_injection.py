@@ -328,3 +328,20 @@ def test_kill_9_during_offloaded_training_leaves_no_temp_files(tmp_path):
     proc.kill()
     proc.wait(timeout=600)
     assert os.listdir(scratch) == []
+
+
+@posix_only
+@pytest.mark.parametrize("delay", [0.3, 0.8, 1.5])
+def test_ctrl_c_while_torch_imports_is_one_line(delay):
+    """Ctrl-C in the first seconds of any command, while torch is still importing: one line, status 130 (or the
+    signal itself, before Python is up), never a traceback from inside an import."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "minigpt", "params"], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=600)
+    text = err.decode()
+    assert "Traceback" not in text, text
+    assert proc.returncode in (0, 130, -signal.SIGINT), (proc.returncode, text)
+    assert len(text.strip().splitlines()) <= 1, text
