@@ -279,6 +279,12 @@ class RunFolder:
                 f"no checkpoint at {self.checkpoint}: there is no folder {self.path}; train without --resume to "
                 "start a run there, or check --out"
             )
+        holder = self.holder()
+        if holder is not None:  # still training, not stopped: --restart is not the way on
+            raise RunFolderBusy(
+                f"{self.path} is in use by another run (pid {holder}), which has not saved a checkpoint yet; wait for "
+                "it to save or finish, then --resume (or choose another --out)"
+            )
         if self.log.exists():
             raise CheckpointError(
                 f"no checkpoint at {self.checkpoint}: the run stopped before its first save (only log.jsonl is "
@@ -324,6 +330,18 @@ class RunFolder:
             if lock is not None:
                 self.lock_path.unlink(missing_ok=True)
                 lock.close()  # closing the file releases the flock
+
+    def holder(self) -> str | None:
+        """The pid of the run that holds this folder's lock now (None: nobody, or no flock on this system)."""
+        if fcntl is None or not self.lock_path.is_file():
+            return None
+        with open(self.lock_path) as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                return lock.read().strip() or "unknown"
+            fcntl.flock(lock, fcntl.LOCK_UN)
+        return None
 
     def _acquire_lock(self) -> IO[str] | None:
         if fcntl is None:  # no flock on this system: run unlocked

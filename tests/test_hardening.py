@@ -404,3 +404,33 @@ def test_shard_without_torchrun_is_said_even_under_json(capsys):
     captured = capsys.readouterr()
     assert "warning: --shard zero1 with one process: nothing to split" in captured.err
     assert json.loads(captured.out)["config"]["shard"] == "zero1"
+
+
+def test_resume_while_another_process_trains_before_its_first_save_says_wait(tmp_path, capsys):
+    """A run that has not saved yet holds the folder's lock: --resume says it is in use (not "--restart", which
+    would only say the same thing after the user tried it)."""
+    import multiprocessing
+
+    run = tmp_path / "run"
+    ready, done = multiprocessing.Event(), multiprocessing.Event()
+    holder = multiprocessing.get_context("fork").Process(target=_hold_the_lock, args=(str(run), ready, done))
+    holder.start()
+    try:
+        assert ready.wait(60)
+        code, _, err = run_cli(capsys, "--steps", "1", "--out", str(run), "--resume")
+    finally:
+        done.set()
+        holder.join(60)
+    assert code == 1 and "is in use by another run" in err and "has not saved a checkpoint yet" in err
+    assert "--restart" not in err and len(err.strip().splitlines()) == 1
+
+
+def _hold_the_lock(folder: str, ready, done) -> None:
+    """In another process: a run that holds its folder and has written a log line, but no checkpoint yet."""
+    from minigpt.run_state import RunFolder
+
+    run = RunFolder(folder)
+    with run.locked():
+        run.log.write_text('{"step": 1, "loss": 9.0}\n')
+        ready.set()
+        done.wait(60)
