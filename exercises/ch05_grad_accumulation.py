@@ -26,8 +26,17 @@ def accumulate_gradients(model: torch.nn.Module, micro_batches: list[tuple[torch
     ALL counted targets of the window, so: count the targets of every micro-batch first (n_tokens), then
     for each micro-batch take the SUMMED loss (model(x, y, reduction="sum")[1]), divide it by n_tokens,
     and backward. Dividing each micro-batch's mean by the number of micro-batches is the same only when
-    every micro-batch counts as many targets; with padding it over-weights the short ones.
-    Return the window's mean loss per counted target (a float). Do not step or zero the gradients.
+    every micro-batch counts as many targets; with padding it over-weights the short ones. A micro-batch
+    whose targets are all IGNORE_INDEX adds nothing (its summed loss is 0).
+    Call backward on each micro-batch before the next one's forward: backward frees that micro-batch's graph,
+    so memory holds the activations of one micro-batch at a time. Summing the losses and calling backward
+    once gives the same gradients, but keeps every micro-batch's activations alive until the end.
+
+    Returns: a float, the window's mean loss per counted target (what one big batch's loss would be).
+    In place: adds the window's gradients into the .grad of each parameter that requires grad; gradients
+        already there are kept and added to, not zeroed. The weights and the micro-batches are left as given
+        (no optimizer step).
+    Raises: ValueError if micro_batches is empty or every target in it is IGNORE_INDEX (nothing to learn from).
     """
     raise NotImplementedError(
         "Exercise 5.1: count the window's targets (y != IGNORE_INDEX) first; backward each summed loss / that count"
@@ -36,7 +45,12 @@ def accumulate_gradients(model: torch.nn.Module, micro_batches: list[tuple[torch
 
 
 def effective_batch(micro_batch: int, accum: int, world_size: int = 1) -> int:
-    """Exercise 5.2: sequences per optimizer step, for a micro-batch, accumulation steps and processes (GPUs)."""
+    """Exercise 5.2: sequences per optimizer step, for a micro-batch, accumulation steps and processes (GPUs).
+
+    Returns: an int, micro_batch x accum x world_size.
+    In place: nothing.
+    Raises: ValueError if micro_batch, accum or world_size is below 1 (a run has at least one of each).
+    """
     raise NotImplementedError(
         "Exercise 5.2: each of world_size processes runs accum micro-batches of micro_batch sequences"
         " - see chapters/05_grad_accumulation.ipynb"
@@ -46,9 +60,11 @@ def effective_batch(micro_batch: int, accum: int, world_size: int = 1) -> int:
 def accum_for(target_batch: int, micro_batch: int, world_size: int = 1) -> int:
     """Exercise 5.2: accumulation steps that make `target_batch` sequences per step from this micro-batch.
 
-    Raise ValueError (saying which numbers do not divide) when target_batch is not a multiple of
-    micro_batch * world_size: a rounded accum would silently train on another batch size. Raise it too when
-    a size is below 1 (a run has at least one process).
+    Returns: an int, target_batch / (micro_batch x world_size).
+    In place: nothing.
+    Raises: ValueError if target_batch, micro_batch or world_size is below 1 (a run has at least one process).
+    Raises: ValueError if target_batch is not a multiple of micro_batch x world_size (say which numbers do not
+        divide): a rounded accum would silently train on another batch size.
     """
     raise NotImplementedError(
         "Exercise 5.2: target_batch / (micro_batch * world_size), which must be a whole number"
@@ -73,7 +89,14 @@ def compare_accumulation(
       accum, micro_batch, seconds (the whole run), final_loss (result.losses[-1]),
       predicted_peak_bytes (minigpt.memory.estimate(model config, micro_batch, ctx, device=device).peak)
       and measured_peak_bytes (result.summary()["peak_memory_bytes"]; None on a CPU).
-    Defaults are sized for a CPU; on a GPU, try effective=128.
+    Train on `data` (None: train() reads the course's corpus). Defaults are sized for a CPU; on a GPU, try
+    effective=128.
+
+    Returns: a list of dicts, one per accum in the order given, each with the keys accum, micro_batch,
+        seconds, final_loss, predicted_peak_bytes and measured_peak_bytes.
+    In place: nothing.
+    Raises: ValueError if effective is below 1, accums is empty, or an accum is below 1 or does not divide
+        effective (all checked before any training: a rounded micro-batch would train on another batch).
     """
     raise NotImplementedError(
         "Exercise 5.3: micro_batch = effective // accum; one timed train() per accum; estimate() for the memory"

@@ -18,6 +18,7 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
 from minigpt.model import GPT, get_config
+from minigpt.recompute import CHECKPOINTING_MODES
 
 
 def checkpointed_forward(blocks: nn.ModuleList, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -27,6 +28,12 @@ def checkpointed_forward(blocks: nn.ModuleList, x: torch.Tensor, cos: torch.Tens
     forward then frees the block's inner activations, and backward recomputes them from the kept input.
     Keep checkpoint's default preserve_rng_state=True: with dropout, the recomputation must draw the
     same random masks as the forward did, or the gradients are of another network.
+
+    Returns: a tensor, the last block's output: the same values as running the blocks one after another,
+        attached to the graph so that backward reaches every block's weights and x (also when x does not
+        require grad).
+    In place: nothing (the backward run later fills the blocks' gradients, as it would without checkpointing).
+    Raises: nothing of its own.
     """
     raise NotImplementedError(
         "Exercise 6.1: x = checkpoint(block, x, cos, sin, use_reentrant=False) for each block"
@@ -39,9 +46,14 @@ def sqrt_segments(n_layer: int) -> list[range]:
 
     Sizes differ by at most one, and together the segments cover 0 .. n_layer - 1 in order, e.g.
     sqrt_segments(10) == [range(0, 3), range(3, 6), range(6, 10)] or any other split into 3 segments
-    of sizes 3, 3 and 4 (in any order). Raise ValueError when n_layer < 1.
+    of sizes 3, 3 and 4 (in any order).
     Why sqrt: with k segments, backward keeps k segment inputs plus one recomputed segment of L/k
     blocks; k + L/k is smallest at k = sqrt(L).
+
+    Returns: a list of range objects (each with step 1): round(sqrt(n_layer)) segments, never fewer than
+        one, that cover 0 .. n_layer - 1 in order, their sizes differing by at most one.
+    In place: nothing.
+    Raises: ValueError if n_layer is below 1.
     """
     raise NotImplementedError(
         "Exercise 6.2: n_seg = max(1, round(sqrt(L))); boundaries round(i * L / n_seg) for i = 0..n_seg"
@@ -57,6 +69,12 @@ def sqrt_checkpointed_forward(
     Split the blocks with sqrt_segments (minigpt.recompute.sqrt_segments, or yours from 6.2) and run each
     segment as ONE checkpointed function (a small function that loops over the segment's blocks), with
     use_reentrant=False.
+
+    Returns: a tensor, the last block's output: the same values as running the blocks one after another,
+        attached to the graph so that backward reaches every block's weights and x (also when x does not
+        require grad).
+    In place: nothing (the backward run later fills the blocks' gradients, as it would without checkpointing).
+    Raises: ValueError if blocks is empty (sqrt_segments(0) raises it).
     """
 
     raise NotImplementedError(
@@ -76,9 +94,10 @@ def checkpointing_tradeoff(
 ) -> list[dict]:
     """Exercise 6.4: memory and time of a training step with and without checkpointing.
 
-    For each mode: build GPT(get_config(preset), seed=seed) on `device`, set model.checkpointing = mode,
-    AdamW(lr=1e-3), a random batch of token ids (torch.randint with a seeded generator, vocab_size of the
-    config). Measure:
+    For each mode: build GPT(get_config(preset), seed=seed) on `device`, set model.checkpointing = mode
+    and model.train(), AdamW(model.parameters(), lr=1e-3), and the same batch of token ids for every mode:
+    tokens = torch.randint(0, vocab_size, (batch, ctx + 1), generator=torch.Generator().manual_seed(seed))
+    (vocab_size of the config), x = tokens[:, :-1] and y = tokens[:, 1:], on `device`. Measure:
       activation_bytes  what autograd saves during ONE forward pass: register
                         torch.autograd.graph.saved_tensors_hooks(pack, unpack) with a pack that records
                         t.untyped_storage().data_ptr() -> nbytes (each storage once; skip the model's
@@ -88,6 +107,13 @@ def checkpointing_tradeoff(
                         clock on a GPU)
     Return one dict per mode with mode, activation_bytes, seconds_per_step, and relative to the first
     mode: activations_ratio (activation_bytes / first's) and time_ratio (seconds_per_step / first's).
+
+    Returns: a list of dicts, one per mode in the order given, each with the keys mode, activation_bytes
+        (an int), seconds_per_step, activations_ratio and time_ratio.
+    In place: nothing.
+    Raises: ValueError if the preset is unknown, modes is empty or names a mode other than "none", "full",
+        "sqrt" and "selective", or batch, ctx or steps is below 1 or ctx is above the preset's ctx (all
+        checked before any model is built).
     """
     raise NotImplementedError(
         "Exercise 6.4: per mode: count saved storages with saved_tensors_hooks in one forward; time steps"

@@ -29,12 +29,19 @@ def per_rank_state_bytes(n_params: int, bytes_per_param: dict[str, float], shard
     """Exercise 8.1: the bytes of weights, gradients and optimizer state that ONE process holds.
 
     bytes_per_param gives the bytes of each state per parameter, e.g. {"weights": 4, "gradients": 4,
-    "optimizer": 8} for fp32 weights with AdamW. SHARDED_STATES says which states `shard` splits across
+    "optimizer": 8} for fp32 weights with AdamW (a value may be fractional: 0.5 for 4-bit weights); other
+    keys in it are not states and are left out. SHARDED_STATES says which states `shard` splits across
     the `world` processes. A split state is cut into `world` equal flat shards, padded at the end so that
     every process holds the same number of elements: ceil(n_params / world) parameters' worth, on EVERY
     rank (the last one holds padding). A state that is not split is whole on every process.
-    Return {"weights": ..., "gradients": ..., "optimizer": ...} as whole numbers of bytes (int).
-    Raise ValueError for a mode not in SHARDED_STATES or a world smaller than 1.
+
+    Returns: a dict {"weights": int, "gradients": int, "optimizer": int}: the parameters' worth this
+        process holds of each state times that state's bytes per parameter, rounded to the nearest whole
+        byte with round() (a half goes to the even neighbour: 2.5 -> 2), never truncated.
+    In place: nothing.
+    Raises: ValueError if shard is not a mode of SHARDED_STATES.
+    Raises: ValueError if world < 1 or n_params < 0.
+    Raises: KeyError if bytes_per_param lacks one of "weights", "gradients" and "optimizer".
     """
     raise NotImplementedError(
         "Exercise 8.1: a split state holds ceil(n_params / world) parameters' worth; the others all of them"
@@ -48,8 +55,15 @@ def flat_shard_range(numel: int, rank: int, world: int) -> tuple[int, int, int]:
     The tensor is split into `world` shards of the same size, shard_size = ceil(numel / world), in rank
     order: rank r owns the elements r * shard_size up to (r + 1) * shard_size, clipped to the tensor. The
     shards past the end are filled up with padding so that every rank holds shard_size elements (the
-    collectives need equal sizes). Return (start, end, padding) with 0 <= start <= end <= numel and
-    (end - start) + padding == shard_size. Every element belongs to exactly one rank.
+    collectives need equal sizes). Every element belongs to exactly one rank; a rank past the end of the
+    tensor owns the empty slice [numel, numel) and only padding.
+
+    Returns: a tuple of three ints (start, end, padding) with 0 <= start <= end <= numel and
+        (end - start) + padding == shard_size.
+    In place: nothing.
+    Raises: ValueError if world < 1.
+    Raises: ValueError if rank is not one of 0, 1, ..., world - 1.
+    Raises: ValueError if numel < 0.
     """
     raise NotImplementedError(
         "Exercise 8.2: shard_size = ceil(numel / world); clip both ends to numel; padding fills up to shard_size"
@@ -64,7 +78,14 @@ def average_gradients(model: torch.nn.Module) -> None:
     process computed the gradients of its own slice of the batch; replace every p.grad, in place, by the
     average of that gradient over all dist.get_world_size() processes, with torch.distributed.all_reduce
     (it sums by default and writes the result into the tensor it is given: then divide by the number of
-    processes). Skip parameters without a gradient.
+    processes). Keep to the sum: gloo, the CPU backend, does not have ReduceOp.AVG in every version of
+    torch. Skip parameters without a gradient.
+
+    Returns: None.
+    In place: every p.grad that is not None becomes the mean of that gradient over the processes, in the
+        same tensor (whatever holds it sees the average); the parameters, and gradients that are None,
+        stay as they are.
+    Raises: nothing of its own.
     """
     raise NotImplementedError(
         "Exercise 8.3: all_reduce (a sum, in place) each p.grad, then divide it by dist.get_world_size()"

@@ -17,12 +17,18 @@ from torch.utils.checkpoint import checkpoint
 def quantize_blockwise(x: torch.Tensor, block: int, power: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """Exercise 9.1: block-wise absmax quantization of a tensor to signed 8-bit codes.
 
-    Flatten x (fp32) and cut it into blocks of `block` values (the last block may be shorter). Each block
-    stores one fp32 scale, its largest |value| (absmax), and each value as the int8 code
+    Flatten x (fp32, row-major order) and cut it into blocks of `block` values (the last block may be shorter).
+    Each block stores one fp32 scale, its largest |value| (absmax), and each value as the int8 code
         q = round(127 * sign(x) * (|x| / scale) ** (1 / power))
-    power 1 is a linear code; power 2 or 4 gives small values finer steps (what a second moment needs).
-    A block of zeros has scale 0 and codes 0 (no division by zero). Return (codes int8 of x.numel()
-    values, scales fp32 of ceil(numel / block) values).
+    where round goes to the nearest integer and, like torch.round, a value exactly halfway between two
+    integers to the even one (63.5 -> 64, -63.5 -> -64). power 1 is a linear code; power 2 or 4 gives small
+    values finer steps (what a second moment needs). A block of zeros has scale 0 and codes 0 (no division
+    by zero).
+
+    Returns: a tuple (codes, scales): codes an int8 tensor of x.numel() values (flat), scales an fp32 tensor
+        of ceil(x.numel() / block) values, one per block.
+    In place: nothing; x is left as it was.
+    Raises: ValueError if block or power is less than 1.
     """
     raise NotImplementedError(
         "Exercise 9.1: pad to whole blocks, scale = |x|.amax per block, round(127 * (|x|/scale)**(1/p))"
@@ -35,7 +41,13 @@ def dequantize_blockwise(
 ) -> torch.Tensor:
     """Exercise 9.1: the fp32 values that quantize_blockwise's codes and scales stand for.
 
-    x = sign(q) * (|q| / 127) ** power * scale of q's block, reshaped to `shape` (default: flat).
+    x = sign(q) * (|q| / 127) ** power * scale of q's block, reshaped to `shape` (default: flat). The codes
+    are read flat, in blocks of `block` (the last block may be shorter), as quantize_blockwise wrote them.
+
+    Returns: an fp32 tensor of codes.numel() values, flat, or of shape `shape` when one is given.
+    In place: nothing; codes and scales are left as they were.
+    Raises: ValueError if block or power is less than 1.
+    Raises: ValueError if scales does not hold one value per block of codes, ceil(codes.numel() / block).
     """
     raise NotImplementedError(
         "Exercise 9.1: value = sign(q) * (|q| / 127) ** power * scales[i // block], reshaped to shape"
@@ -51,9 +63,15 @@ def chunked_cross_entropy(
     hidden (N, C) and weight (V, C) require grad, targets (N,) are token ids. The answer must equal
     F.cross_entropy(hidden @ weight.T, targets), value and gradients, while no more than one chunk's
     logits (about N / chunks rows of V) exist at a time, in the forward and in the backward: split the
-    tokens into `chunks` pieces and, for each, make its logits, reduce them to its summed loss and drop
-    them. Autograd would keep each piece's (n, V) log-softmax for backward: keep only the piece's
-    inputs and make its logits again in backward (chapter 6's checkpoint, or an autograd.Function).
+    tokens into `chunks` pieces of nearly equal size (as tensor_split does) and, for each, make its logits,
+    reduce them to its summed loss and drop them. Autograd would keep each piece's (n, V) log-softmax for
+    backward: keep only the piece's inputs and make its logits again in backward (chapter 6's checkpoint, or
+    an autograd.Function).
+
+    Returns: a 0-dim fp32 tensor, the mean loss over the N tokens, whose backward fills hidden.grad and
+        weight.grad.
+    In place: nothing (until you call backward on the loss).
+    Raises: ValueError if chunks is less than 1.
     """
 
     raise NotImplementedError(
@@ -65,7 +83,8 @@ def chunked_cross_entropy(
 def state_bytes(model: torch.nn.Module, optimizer: str = "adamw", in_backward: bool = False) -> dict[str, int]:
     """Exercise 9.3: the static bytes of an fp32 model's training step with a given set of levers.
 
-    Return {"weights", "gradients", "optimizer"} in bytes, from the model's parameter tensors:
+    Return {"weights", "gradients", "optimizer"} in bytes, from the model's parameter tensors (its buffers,
+    such as a batch norm's running statistics, are not counted):
       weights    4 bytes a value (fp32)
       gradients  4 bytes a value for every parameter; with in_backward (the optimizer step fused into
                  backward, each gradient freed once its parameter is stepped) only the largest single
@@ -74,6 +93,10 @@ def state_bytes(model: torch.nn.Module, optimizer: str = "adamw", in_backward: b
                  per tensor of n values, each moment is n one-byte codes plus one fp32 scale per block,
                  2 * (n + 4 * ceil(n / 256)); a tensor under 4096 values keeps fp32 moments, 8 * n
     A parameter shared by two modules (the tied embedding) is one tensor: count it once.
+
+    Returns: a dict {"weights": int, "gradients": int, "optimizer": int}, each a number of bytes.
+    In place: nothing; the model is left as it was.
+    Raises: ValueError if optimizer is not "adamw" or "adamw8bit" (spelled exactly so, in lower case).
     """
     raise NotImplementedError(
         "Exercise 9.3: model.parameters() yields a shared tensor once; sum per tensor, max for in_backward"

@@ -9,6 +9,8 @@ import math
 import pytest
 import torch
 
+from minigpt.grading import transfer
+from minigpt.grading.contract import Case
 from minigpt.grading.watch import CLOCKS, count_saved_bytes, optimizer_steps
 from minigpt.model import GPT, ModelConfig, get_config
 
@@ -157,29 +159,22 @@ def test_sqrt_checkpointing_keeps_only_segment_inputs(answers):
         )
 
 
-def _tradeoff_watched(answers, **kwargs):
-    """In the worker: checkpointing_tradeoff(**kwargs), watching the optimizer's steps."""
-    with optimizer_steps() as steps:
-        rows = answers.checkpointing_tradeoff(**kwargs)
-    return {"rows": rows, "steps": steps}
-
-
 @pytest.mark.exercise("6.4", points=2)
-def test_checkpointing_tradeoff_table(answers, saved_bytes):
-    modes, steps = ("none", "sqrt", "full"), 3
-    seen = answers.run(_tradeoff_watched, preset="tiny-deep", batch=2, ctx=16, modes=modes, steps=steps, device="cpu")
+def test_checkpointing_tradeoff_table(answers, contract, saved_bytes):
+    case = _tradeoff_case()
+    modes, steps, batch, ctx = (case.kwargs[k] for k in ("modes", "steps", "batch", "ctx"))
+    seen = contract.run(answers, case)
     rows, optimizer_steps = seen["rows"], seen["steps"]
     assert [r["mode"] for r in rows] == list(modes), "one row per mode, in the order given"
-    cfg = get_config("tiny-deep")
+    cfg = get_config(case.kwargs["preset"])
     for r in rows:
-        assert {"activation_bytes", "seconds_per_step", "activations_ratio", "time_ratio"} <= set(r), f"keys: {r}"
         model = GPT(cfg).train()
         model.checkpointing = r["mode"]
-        tokens = torch.randint(0, cfg.vocab_size, (2, 17))
+        tokens = torch.randint(0, cfg.vocab_size, (batch, ctx + 1))
         want, _ = saved_bytes(model, lambda model=model, tokens=tokens: model(tokens[:, :-1], tokens[:, 1:]))
-        # A batch made another way may differ only by its token ids: one (2, 17) int64 storage here, or two
-        # (2, 16) ones, at most 2 * 2 * 17 * 8 bytes apart.
-        ids = 2 * 2 * 17 * 8
+        # A batch made another way may differ only by its token ids: one (batch, ctx + 1) int64 storage here, or
+        # two (batch, ctx) ones, at most 2 * batch * (ctx + 1) * 8 bytes apart.
+        ids = 2 * batch * (ctx + 1) * 8
         assert abs(r["activation_bytes"] - want) <= ids, (
             f"{r['mode']}: one forward saves {want:,} bytes for backward, you report {r['activation_bytes']:,} "
             f"({r['activation_bytes'] - want:+,}; weights and each storage are counted once, not per tensor)"
@@ -191,7 +186,8 @@ def test_checkpointing_tradeoff_table(answers, saved_bytes):
             assert r[ratio] == pytest.approx(want_ratio, rel=1e-9), (
                 f"{r['mode']}: {ratio} is {r[ratio]:.4g}, expected {key} / the first mode's = {want_ratio:.4g}"
             )
-    assert rows[1]["activations_ratio"] < 1 and rows[2]["activations_ratio"] < 1, "checkpointing saves activations"
+    saved = {r["mode"]: r["activation_bytes"] for r in rows}
+    assert saved["none"] > max(saved["sqrt"], saved["full"]), f"checkpointing saves activations: {saved}"
     # The timing: one warm-up step, then `steps` timed ones, per mode (one optimizer each).
     by_optimizer: dict[int, list] = {}
     for s in optimizer_steps:
@@ -226,3 +222,280 @@ def test_checkpointing_tradeoff_table(answers, saved_bytes):
         f"{leftover}: a step's backward added to the gradients of the step before: zero the gradients after "
         f"each step (optimizer.zero_grad()), or every step after the first trains on a sum of old gradients"
     )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The contracts: each exercise's whole promise, checked against the reference on inputs the learner did not choose
+
+# Activations that outweigh the weights: each block's input is 4 x 32 x 8 fp32 = 4 KiB, the activations it keeps
+# without checkpointing about 30 inputs' worth, the weights of a block 3.3 KiB. 8 blocks make 3 sqrt segments
+# (3, 3 and 2 blocks), where floor(sqrt(8)) would make 2; 5 blocks for 6.1.
+EIGHT = ModelConfig(n_layer=8, n_head=2, n_embd=8, ctx=32, vocab_size=16)
+FIVE = ModelConfig(n_layer=5, n_head=2, n_embd=8, ctx=32, vocab_size=16)
+# Peaks: the reference keeps one input per checkpoint and recomputes one block (or one segment) at a time. Running
+# the blocks plainly keeps everything (several times the reference's peak, forward alone or with backward); one
+# checkpoint around the whole stack keeps less in the forward but recomputes everything at once in backward. An
+# honest answer may keep an extra block input or the loss a little longer: 0.8x .. 1.25x.
+BLOCK_PEAK = (0.8, 1.25)
+# The values: checkpointing recomputes the same ops on the same inputs, so the reference's output and gradients
+# are the plain forward's. Another CPU's kernels reduce in another order: rtol 1e-4 with atol 1e-6 on outputs of
+# about 1 and gradients up to about 10 (a wrong recomputation is off by far more).
+VALUES = dict(rtol=1e-4, atol=1e-6)
+
+
+def _stack(cfg: ModelConfig, batch: int, seed: int = 0, input_grad: bool = True) -> tuple:
+    """(blocks, x, cos, sin): a model's blocks and rotary tables, and a random input of (batch, ctx, n_embd)."""
+    model = GPT(cfg, seed=seed).train()
+    gen = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(batch, cfg.ctx, cfg.n_embd, generator=gen).requires_grad_(input_grad)
+    return model.blocks, x, model.rope_cos, model.rope_sin
+
+
+def _forward_backward(function, blocks, x, cos, sin):
+    """In the worker: the forward under test, then a backward from a fixed weighting of its output. Returns the
+    output, the bytes the forward kept for backward (weights and rotary tables not counted; each storage once),
+    and whether the output was attached to the graph. The gradients are compared as the arguments after the call.
+    """
+    skip = {t.untyped_storage().data_ptr() for t in [*blocks.parameters(), cos, sin]}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in skip:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = function(blocks, x, cos, sin)
+    kept = sum(saved.values())
+    if not isinstance(out, torch.Tensor):
+        return {"output": out, "kept_bytes": kept, "attached": False}
+    attached = out.requires_grad
+    if attached:
+        weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(7))
+        (out * weights).sum().backward()
+    return {"output": out.detach().clone(), "kept_bytes": kept, "attached": attached}
+
+
+def _forward_backward_each(function, stacks):
+    """In the worker: _forward_backward on each (blocks, x, cos, sin) of stacks: small cases in one."""
+    return [_forward_backward(function, *stack) for stack in stacks]
+
+
+def _each_call(function, calls):
+    """In the worker: function(*args, **kwargs) for each (args, kwargs) in calls, as {the call: "returns <value>"
+    or "raises <its builtin kind>"}: many small calls in one case."""
+    outcomes = {}
+    for args, kwargs in calls:
+        try:
+            value = function(*args, **kwargs)
+        except NotImplementedError:
+            raise  # not done yet
+        except Exception as error:  # noqa: BLE001 - an error is an outcome like a value
+            outcome = "raises " + next(c.__name__ for c in type(error).__mro__ if c.__module__ == "builtins")
+        else:
+            outcome = f"returns {transfer.plain(value)!r}"
+        outcomes[Case(function.__name__, args, kwargs).call_text(200)] = outcome
+    return outcomes
+
+
+FORWARD_RETURNS = (
+    "Returns: a tensor, the last block's output: the same values as running the blocks one after another, attached "
+    "to the graph so that backward reaches every block's weights and x (also when x does not require grad)."
+)
+FORWARD_IN_PLACE = (
+    "In place: nothing (the backward run later fills the blocks' gradients, as it would without checkpointing)."
+)
+
+
+def _cases_6_1() -> list[Case]:
+    dropout = ModelConfig(n_layer=3, n_head=2, n_embd=16, ctx=16, vocab_size=16, dropout=0.25)
+    odd = ModelConfig(n_layer=3, n_head=3, n_embd=24, ctx=7, vocab_size=16)
+    one = ModelConfig(n_layer=1, n_head=4, n_embd=32, ctx=9, vocab_size=16)
+    return [
+        # The forward alone: its value, that it changes nothing, and that it keeps only the blocks' inputs.
+        Case(
+            "checkpointed_forward",
+            _stack(FIVE, 4),
+            **VALUES,
+            peak=BLOCK_PEAK,
+            promise=(FORWARD_RETURNS, FORWARD_IN_PLACE, "Raises: nothing of its own."),
+        ),
+        # Forward and backward: the gradients (weights and input), what was kept, one block recomputed at a time.
+        Case("checkpointed_forward", _stack(FIVE, 4, seed=1), **VALUES, peak=BLOCK_PEAK, drive=_forward_backward),
+        # An input that does not require grad (a frozen embedding's output): the weights must still get gradients.
+        # Dropout: the recomputation must draw the forward's masks. And a single block.
+        Case(
+            "checkpointed_forward",
+            ([_stack(odd, 3, seed=2, input_grad=False), _stack(dropout, 2, seed=3), _stack(one, 2, seed=4)],),
+            **VALUES,
+            drive=_forward_backward_each,
+        ),
+    ]
+
+
+def _segments_summary(function, sizes):
+    """In the worker: sqrt_segments(n) for each n, as what the exercise fixes: whether each segment is a range
+    with step 1, the layers in order, and the segments' sizes (sorted: any order of sizes is right); or the
+    builtin kind of the error it raised."""
+    summary = []
+    for n in sizes:
+        try:
+            segments = list(function(n))
+        except NotImplementedError:
+            raise  # not done yet
+        except Exception as error:  # noqa: BLE001 - an error is an outcome like a value
+            kind = next(c.__name__ for c in type(error).__mro__ if c.__module__ == "builtins")
+            summary.append({"n_layer": n, "raises": kind})
+            continue
+        summary.append(
+            {
+                "n_layer": n,
+                "ranges": [isinstance(s, range) and s.step == 1 for s in segments],
+                "layers_in_order": [i for s in segments for i in s] == list(range(n)),
+                "sizes": sorted(len(s) for s in segments),
+            }
+        )
+    return summary
+
+
+def _cases_6_2() -> list[Case]:
+    returns = (
+        "Returns: a list of range objects (each with step 1): round(sqrt(n_layer)) segments, never fewer than one, "
+        "that cover 0 .. n_layer - 1 in order, their sizes differing by at most one."
+    )
+    # Near the ties of round(sqrt(n)): sqrt(k * k + k) is just below k + 1/2 (k segments), sqrt(k * k + k + 1) just
+    # above (k + 1): floor, ceil and round part there. 1 to 60 hold the first few; 9 splits evenly (one split only).
+    near_ties = [n for k in range(1, 32) for n in (k * k + k, k * k + k + 1)]
+    return [
+        Case("sqrt_segments", (1,), promise=(returns, "In place: nothing.")),
+        Case("sqrt_segments", (9,), promise=returns),
+        Case("sqrt_segments", (0,), promise="Raises: ValueError if n_layer is below 1."),
+        Case("sqrt_segments", (list(range(1, 61)) + near_ties + [1000, 1001, -1, -9],), drive=_segments_summary),
+    ]
+
+
+def _cases_6_3() -> list[Case]:
+    dropout = ModelConfig(n_layer=5, n_head=2, n_embd=16, ctx=8, vocab_size=16, dropout=0.25)
+    # Few blocks, each in its own shape: 1 and 2 blocks make one segment, 3 and 5 two (1 + 2, 2 + 3), 7 three;
+    # no input grad at 7.
+    small = [
+        _stack(ModelConfig(n_layer=n, n_head=h, n_embd=c, ctx=t, vocab_size=16), 2, seed=n, input_grad=n != 7)
+        for n, h, c, t in ((1, 2, 8, 5), (2, 1, 8, 6), (3, 2, 12, 4), (5, 4, 8, 3), (7, 1, 4, 3))
+    ]
+    _, x, cos, sin = _stack(ModelConfig(n_layer=1, n_head=2, n_embd=8, ctx=4, vocab_size=16), 1)
+    return [
+        Case(
+            "sqrt_checkpointed_forward",
+            _stack(EIGHT, 4),
+            **VALUES,
+            peak=BLOCK_PEAK,
+            promise=(FORWARD_RETURNS, FORWARD_IN_PLACE),
+        ),
+        Case("sqrt_checkpointed_forward", _stack(EIGHT, 4, seed=1), **VALUES, peak=BLOCK_PEAK, drive=_forward_backward),
+        Case(
+            "sqrt_checkpointed_forward", ([*small, _stack(dropout, 2, seed=3)],), **VALUES, drive=_forward_backward_each
+        ),
+        Case(
+            "sqrt_checkpointed_forward",
+            (torch.nn.ModuleList(), x, cos, sin),
+            promise="Raises: ValueError if blocks is empty (sqrt_segments(0) raises it).",
+        ),
+    ]
+
+
+TRADEOFF_ROW_KEYS = ("mode", "activation_bytes", "seconds_per_step", "activations_ratio", "time_ratio")
+# Compared by type only: times; the optimizers' ids; and the bytes, which another torch build's attention kernel
+# may save differently: test_checkpointing_tradeoff_table checks them against this machine's own count.
+TRADEOFF_IGNORED = (
+    "*'seconds_per_step'*",
+    "*'time_ratio'*",
+    "*'started'*",
+    "*'finished'*",
+    "*'optimizer'*",
+    "*'activation_bytes'*",
+    "*'activations_ratio'*",
+)
+
+
+def _tradeoff_watched(function, **kwargs):
+    """In the worker: checkpointing_tradeoff(**kwargs), watching the optimizer's steps (the gradient norm each
+    step applied follows from the seed, the preset and the batch), the rows as _named_keys reads them."""
+    with optimizer_steps() as steps:
+        rows = function(**kwargs)
+    return {"rows": _named_keys(rows), "steps": steps}
+
+
+def _named_keys(rows):
+    """The rows, each with the keys the exercise names (an extra key is no mistake; a missing one reads
+    "(missing)")."""
+    return [{key: row.get(key, "(missing)") for key in TRADEOFF_ROW_KEYS} for row in rows]
+
+
+def _tradeoff_rows(function, **kwargs):
+    """In the worker: checkpointing_tradeoff(**kwargs), its rows as _named_keys reads them."""
+    return _named_keys(function(**kwargs))
+
+
+def _tradeoff_case() -> Case:
+    # Every argument but device away from its default; the first mode is not the one that saves the most, so
+    # ratios to the largest are not ratios to the first. The gradient norms of 4 AdamW steps per mode (fp32, a
+    # small model): rtol 1e-3 covers another CPU's kernels.
+    kwargs = dict(preset="tiny-deep", batch=3, ctx=12, modes=("full", "none", "sqrt"), steps=3, device="cpu", seed=3)
+    return Case("checkpointing_tradeoff", (), kwargs, rtol=1e-3, ignore=TRADEOFF_IGNORED, drive=_tradeoff_watched)
+
+
+def _cases_6_4() -> list[Case]:
+    raises = (
+        'Raises: ValueError if the preset is unknown, modes is empty or names a mode other than "none", "full", '
+        '"sqrt" and "selective", or batch, ctx or steps is below 1 or ctx is above the preset\'s ctx (all checked '
+        "before any model is built)."
+    )
+    cheap = dict(preset="tiny", batch=1, ctx=4, modes=("sqrt", "none"), steps=1, device="cpu", seed=1)
+    refused = [
+        {"preset": "huge"}, {"modes": ("none", "Sqrt")}, {"modes": ("none", "half")}, {"batch": 0}, {"ctx": 0},
+        {"ctx": 65}, {"steps": 0}, {"steps": -2},
+    ]  # fmt: skip
+    return [
+        _tradeoff_case(),  # run by test_checkpointing_tradeoff_table, once
+        Case(
+            "checkpointing_tradeoff",
+            (),
+            cheap,
+            ignore=TRADEOFF_IGNORED,
+            drive=_tradeoff_rows,
+            promise=(
+                "Returns: a list of dicts, one per mode in the order given, each with the keys mode, activation_bytes "
+                "(an int), seconds_per_step, activations_ratio and time_ratio.",
+                "In place: nothing.",
+            ),
+        ),
+        Case("checkpointing_tradeoff", (), {**cheap, "modes": ()}, promise=raises),
+        # The changed argument first in each call, so that the call's text (the key of its outcome) shows it.
+        Case(
+            "checkpointing_tradeoff", ([((), {**change, **cheap, **change}) for change in refused],), drive=_each_call
+        ),
+    ]
+
+
+CONTRACTS = {"6.1": _cases_6_1, "6.2": _cases_6_2, "6.3": _cases_6_3, "6.4": _cases_6_4}
+
+
+@pytest.mark.exercise("6.1", points=1)
+def test_6_1_keeps_its_contract(answers, contract):
+    contract.check(answers, CONTRACTS["6.1"]())
+
+
+@pytest.mark.exercise("6.2", points=1)
+def test_6_2_keeps_its_contract(answers, contract):
+    contract.check(answers, CONTRACTS["6.2"]())
+
+
+@pytest.mark.exercise("6.3", points=1)
+def test_6_3_keeps_its_contract(answers, contract):
+    contract.check(answers, CONTRACTS["6.3"]())
+
+
+@pytest.mark.exercise("6.4", points=1)
+def test_6_4_keeps_its_contract(answers, contract):
+    contract.check(answers, CONTRACTS["6.4"]()[1:])  # the first: test_checkpointing_tradeoff_table

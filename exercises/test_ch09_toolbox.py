@@ -241,6 +241,190 @@ def test_the_step_in_backward_keeps_one_gradient(answers):
 
 from minigpt.grading.contract import Case  # noqa: E402
 
+# 9.1 ------------------------------------------------------------------------------------------------------
+
+
+def _clear_of_ties(x: torch.Tensor, block: int, power: int, margin: float = 2e-3) -> torch.Tensor:
+    """x with every value whose code 127 * (|x| / scale) ** (1 / power) lies within `margin` of a half (k + 0.5)
+    moved to the middle of its code: fp32 rounding, in any order of operations, then gives every answer the
+    same code (the exact ties a test wants are put in on purpose, where every order agrees)."""
+    flat = x.reshape(-1).double().clone()
+    for start in range(0, flat.numel(), block):
+        b = flat[start : start + block]  # a view: the changes land in flat
+        scale = b.abs().max()
+        if scale == 0:
+            continue
+        t = 127 * (b.abs() / scale) ** (1 / power)
+        near = ((t - t.floor()) - 0.5).abs() < margin
+        b[near] = torch.sign(b[near]) * scale * (t[near].round() / 127) ** power
+    return flat.float().reshape(x.shape)
+
+
+def _codes_input(shape: tuple[int, ...], block: int, power: int, seed: int, ties: bool = False) -> torch.Tensor:
+    """Moment-like values of this shape, clear of near-ties. With ties: a block of zeros, and in every other block
+    a largest |value| that is a power of two and the values +-half of it (|x| / scale = 0.5, code 63.5, which
+    rounds to 64 and -64): exact in fp32 whichever way an answer divides, multiplies or orders the operations."""
+    x = _moment(torch.Size(shape).numel(), seed=seed)
+    if ties:
+        x[block : 2 * block] = 0.0  # the second block: all zeros, scale 0
+        for start in range(0, x.numel(), block):
+            b = x[start : start + block]  # a view: the changes land in x
+            top_at = int(b.abs().argmax())
+            if b[top_at] != 0:
+                b[top_at] = torch.sign(b[top_at]) * 2.0 ** torch.ceil(torch.log2(b[top_at].abs()))
+    x = _clear_of_ties(x, block, power)
+    if ties:
+        for start in range(0, x.numel(), block):
+            b = x[start : start + block]
+            top_at = int(b.abs().argmax())
+            others = [i for i in range(b.numel()) if i != top_at][:2]
+            if len(others) == 2 and b[top_at] != 0:
+                top = b[top_at].abs()
+                b[others[0]], b[others[1]] = top / 2, -top / 2
+    return x.reshape(shape)
+
+
+def _random_codes(n: int, seed: int) -> torch.Tensor:
+    """int8 codes over the whole range -127..127, the ends and the middle included."""
+    g = torch.Generator().manual_seed(seed)
+    codes = torch.randint(-127, 128, (n,), generator=g, dtype=torch.int64)
+    codes[:6] = torch.tensor([127, -127, 0, 64, -64, 1])
+    return codes.to(torch.int8)
+
+
+def _random_scales(n: int, seed: int) -> torch.Tensor:
+    """fp32 scales over several decades, one of them 0 (an all-zero block)."""
+    g = torch.Generator().manual_seed(seed)
+    scales = torch.exp(torch.randn(n, generator=g) * 3)
+    scales[n // 2] = 0.0
+    return scales
+
+
+def _cases_9_1() -> list[Case]:
+    promise_returns = (
+        "Returns: a tuple (codes, scales): codes an int8 tensor of x.numel() values (flat), scales an fp32 tensor "
+        "of ceil(x.numel() / block) values, one per block."
+    )
+    promise_nothing = "In place: nothing; x is left as it was."
+    too_small = "Raises: ValueError if block or power is less than 1."
+    q = "quantize_blockwise"
+    cases = [
+        # 1005 values in blocks of 64: a partial last block of 45, a block of zeros, ties at 63.5, the default power
+        Case(q, (_codes_input((3, 5, 67), 64, 1, seed=1, ties=True), 64), promise=(promise_returns, promise_nothing)),
+        Case(q, (_codes_input((1005,), 100, 2, seed=2), 100), {"power": 2}),  # 11 blocks, the last of 5
+        Case(q, (_codes_input((7, 100), 256, 4, seed=3), 256, 4)),  # 700 values: 2 whole blocks and 188
+        Case(q, (_codes_input((50,), 7, 3, seed=4), 7, 3)),  # any power, not only 1, 2 and 4
+        Case(q, (_codes_input((16, 4), 16, 1, seed=5, ties=True), 16, 1)),  # ties in every block
+        Case(q, (_codes_input((10,), 1, 2, seed=6), 1, 2)),  # a block per value: codes 127, -127 or 0
+        Case(q, (_codes_input((30,), 64, 1, seed=7), 64)),  # fewer values than one block
+        Case(q, (torch.cat([_codes_input((64,), 32, 1, seed=8), torch.zeros(5)]), 32)),  # a last partial block of 0s
+        Case(q, (torch.zeros(2, 8), 4, 2)),  # nothing but zeros
+        Case(q, (_codes_input((20,), 8, 1, seed=9), 0), promise=too_small),
+        Case(q, (_codes_input((20,), 8, 1, seed=9), -8), promise=too_small),
+        Case(q, (_codes_input((20,), 8, 1, seed=9), 8, 0), promise=too_small),
+    ]
+    d = "dequantize_blockwise"
+    returns = (
+        "Returns: an fp32 tensor of codes.numel() values, flat, or of shape `shape` when one is given.",
+        "In place: nothing; codes and scales are left as they were.",
+    )
+    # A few fp32 roundings (the division by 127, the power, the product with the scale), each half an ulp, put
+    # together in whatever order an answer writes them: under 1e-6 relative; 1e-5 leaves room for another
+    # CPU's pow kernel. A wrong power, divisor or block is off by far more.
+    exact = {"rtol": 1e-5}
+    cases += [
+        Case(d, (_random_codes(1005, 1), _random_scales(16, 1), 64), {"shape": (3, 5, 67)}, promise=returns, **exact),
+        Case(d, (_random_codes(1005, 2).reshape(15, 67), _random_scales(11, 2), 100, 2), **exact),  # read flat
+        Case(d, (_random_codes(700, 3), _random_scales(3, 3), 256), {"power": 4, "shape": (7, 100)}, **exact),
+        Case(d, (_random_codes(50, 4), _random_scales(8, 4), 7, 3), {"shape": (50, 1)}, **exact),
+        Case(d, (_random_codes(12, 5), _random_scales(12, 5), 1, 1), **exact),
+        Case(d, (_random_codes(30, 6), _random_scales(1, 6), 64, 2), **exact),
+        Case(d, (_random_codes(20, 7), _random_scales(3, 7), 0), promise=too_small),
+        Case(d, (_random_codes(20, 7), _random_scales(3, 7), 8, 0), promise=too_small),
+    ]
+    wrong_count = (
+        "Raises: ValueError if scales does not hold one value per block of codes, ceil(codes.numel() / block)."
+    )
+    cases += [
+        Case(d, (_random_codes(1005, 8), _random_scales(15, 8), 64), promise=wrong_count),  # one short
+        Case(d, (_random_codes(1024, 8), _random_scales(17, 8), 64), promise=wrong_count),  # one too many
+    ]
+    return cases
+
+
+# 9.2 ------------------------------------------------------------------------------------------------------
+
+
+class LogitRows(TorchDispatchMode):
+    """The most rows of vocabulary-wide values (a tensor with the vocabulary in its shape, numel // V) any op
+    makes as a new tensor: how many tokens' logits (or their softmax, or its gradient) one piece holds."""
+
+    def __init__(self, vocab: int):
+        super().__init__()
+        self.vocab, self.rows = vocab, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor) and self.vocab in t.shape and t.untyped_storage().data_ptr() not in inputs:
+                self.rows = max(self.rows, t.numel() // self.vocab)
+        return out
+
+
+def _forward_backward(function, hidden, weight, targets, chunks):
+    """The loss, backward through it (the gradients land in hidden.grad and weight.grad, compared as the
+    arguments after the call), and the most tokens' logits made at once in forward and backward."""
+    rows = LogitRows(weight.shape[0])
+    with rows:
+        loss = function(hidden, weight, targets, chunks)
+        loss.backward()
+    return {"loss": loss, "most logit rows at once": rows.rows}
+
+
+def _loss_inputs(n: int, c: int, v: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(n, c, generator=g).requires_grad_()
+    weight = (torch.randn(v, c, generator=g) / c**0.5).requires_grad_()
+    return hidden, weight, torch.randint(0, v, (n,), generator=g)
+
+
+def _cases_9_2() -> list[Case]:
+    f = "chunked_cross_entropy"
+    # The same sums in another order (per chunk or whole, a matmul's own blocking on another CPU): the loss
+    # differs by ~1e-7 relative and the gradients by ~1e-8 absolute (their largest entries are 5e-3..0.3); rtol
+    # 1e-5 with atol 1e-6 is 10x and more above that, and far below a wrong divisor or a lost chunk.
+    close = {"rtol": 1e-5, "atol": 1e-6}
+    cases = [
+        Case(f, (*_loss_inputs(50, 8, 37, seed=1), 3), drive=_forward_backward, **close),  # 17, 17, 16 tokens
+        Case(f, (*_loss_inputs(10, 4, 11, seed=2), 10), drive=_forward_backward, **close),  # a token a chunk
+        Case(f, (*_loss_inputs(33, 12, 64, seed=3), 1), drive=_forward_backward, **close),  # one chunk
+        Case(f, (*_loss_inputs(64, 16, 100, seed=4), 5), drive=_forward_backward, **close),  # 13 tokens and 12
+        Case(
+            f,
+            (*_loss_inputs(21, 6, 30, seed=5), 4),
+            promise=(
+                "Returns: a 0-dim fp32 tensor, the mean loss over the N tokens, whose backward fills hidden.grad "
+                "and weight.grad.",
+                "In place: nothing (until you call backward on the loss).",
+            ),
+            **close,
+        ),
+        Case(f, (*_loss_inputs(12, 4, 9, seed=6), 0), promise="Raises: ValueError if chunks is less than 1."),
+        Case(f, (*_loss_inputs(12, 4, 9, seed=6), -2), promise="Raises: ValueError if chunks is less than 1."),
+    ]
+    # Memory: 256 tokens, a vocabulary of 4096, 32 chunks of 8 tokens. One chunk's logits are 128 KiB, all of them
+    # 4 MiB, the inputs and gradients 80 KiB. The reference peaks at ~3.5 chunks' logits (the logits, the
+    # log-softmax, their gradients); an honest answer written another way peaks at 0.7x..1.6x that (an
+    # autograd.Function, a logsumexp minus the target's logit, a one-hot product); 0.3x..3x lets all of them
+    # pass, while keeping every chunk's log-softmax for backward (~10x) or making all the logits (~27x) fails.
+    # Chunks of the wrong size show in "most logit rows at once" (8 here), compared exactly.
+    cases.append(Case(f, (*_loss_inputs(256, 4, 4096, seed=7), 32), drive=_forward_backward, peak=(0.3, 3.0), **close))
+    return cases
+
+
+# 9.3 ------------------------------------------------------------------------------------------------------
+
 
 def _mlp(*widths: int) -> torch.nn.Sequential:
     """Linear layers of these widths, seeded: a model whose first parameter is not its largest."""
@@ -248,17 +432,64 @@ def _mlp(*widths: int) -> torch.nn.Sequential:
     return torch.nn.Sequential(*[torch.nn.Linear(a, b) for a, b in zip(widths, widths[1:])])
 
 
+def _at_the_boundaries() -> torch.nn.Sequential:
+    """Tensors of 4095 values (fp32 moments), 4096 (8-bit, 16 whole blocks) and 4097 (8-bit, 17 blocks, the last
+    of one value), a buffer (a mask of 4160 values: state, not a parameter) and a small last layer."""
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(63, 65, bias=False),  # 4095
+        torch.nn.Linear(65, 64),  # 4160 and 64
+        torch.nn.LayerNorm(64),  # 64 and 64
+        torch.nn.Linear(64, 64, bias=False),  # 4096
+        torch.nn.Linear(64, 17),  # 1088 and 17
+        torch.nn.Linear(17, 241),  # 4097 and 241
+        torch.nn.Linear(241, 3),  # 723 and 3
+    )
+    model[1].register_buffer("mask", torch.ones(64, 65))  # not a parameter: no gradient, no optimizer state
+    return model
+
+
+def _tied() -> torch.nn.Sequential:
+    """An embedding and an output layer sharing one (600, 20) weight, between two smaller layers."""
+    torch.manual_seed(4)
+    embedding, head = torch.nn.Embedding(600, 20), torch.nn.Linear(20, 600, bias=False)
+    head.weight = embedding.weight
+    return torch.nn.Sequential(torch.nn.Linear(5, 20), embedding, torch.nn.LayerNorm(20), head, torch.nn.Linear(600, 2))
+
+
 def _cases_9_3() -> list[Case]:
-    cases = []
-    for model in (_mlp(3, 5, 300, 17), _mlp(64, 64, 64), GPT(CONFIGS[1])):
+    cases = [
+        Case(
+            "state_bytes",
+            (_mlp(3, 5, 300, 17),),
+            promise=(
+                'Returns: a dict {"weights": int, "gradients": int, "optimizer": int}, each a number of bytes.',
+                "In place: nothing; the model is left as it was.",
+            ),
+        )
+    ]
+    for model in (_mlp(3, 5, 300, 17), _at_the_boundaries(), _tied(), GPT(CONFIGS[1])):
         for optimizer in ("adamw", "adamw8bit"):
             for in_backward in (False, True):
                 cases.append(Case("state_bytes", (model, optimizer), {"in_backward": in_backward}))
-    cases.append(Case("state_bytes", (_mlp(4, 4),), {"optimizer": "sgd"}, promise="Raises: x"))
+    cases.append(Case("state_bytes", (_mlp(4, 4),), {"optimizer": "adamw8bit"}))  # in_backward left at False
+    unknown = 'Raises: ValueError if optimizer is not "adamw" or "adamw8bit" (spelled exactly so, in lower case).'
+    for name in ("sgd", "adam", "AdamW", "ADAMW8BIT", ""):
+        cases.append(Case("state_bytes", (_mlp(4, 4), name), {"in_backward": True}, promise=unknown))
     return cases
 
 
-CONTRACTS = {"9.3": _cases_9_3}
+CONTRACTS = {"9.1": _cases_9_1, "9.2": _cases_9_2, "9.3": _cases_9_3}
+
+
+@pytest.mark.exercise("9.1", points=1)
+def test_9_1_keeps_its_contract(answers, contract):
+    contract.check(answers, CONTRACTS["9.1"]())
+
+
+@pytest.mark.exercise("9.2", points=1)
+def test_9_2_keeps_its_contract(answers, contract):
+    contract.check(answers, CONTRACTS["9.2"]())
 
 
 @pytest.mark.exercise("9.3", points=1)

@@ -25,11 +25,22 @@ def scaled_fp16_step(
     fp16 gradients below 2**-24 flush to zero, so backpropagate the SCALED loss (scaler.scale(loss)).
     Then unscale the gradients (scaler.unscale_(optimizer)) BEFORE clipping their norm to max_norm:
     clipping scaled gradients clips numbers 65536 times too big. Step through the scaler
-    (scaler.step, which skips the step if a gradient is inf/NaN), update the scale, zero the gradients.
-    Return {"loss": float, "grad_norm": the norm of the true (unscaled) gradients before clipping,
-            "scale": the scale used for this step, "skipped": whether the scaler skipped the step}.
+    (scaler.step, which skips the step if a gradient is inf/NaN), update the scale (scaler.update()), and
+    zero the gradients with optimizer.zero_grad(), which sets them to None. Check max_norm first, so that
+    a call with a bad one changes nothing.
+
+    Returns: dict {"loss": float, the loss the model computed (not the scaled one), "grad_norm": float, the
+        norm of the true (unscaled) gradients before clipping (inf or nan on a skipped step), "scale": float,
+        the scale used for this step (scaler.get_scale() before scaler.update()), "skipped": bool, whether the
+        scaler skipped the optimizer step (it then lowers the scale; a scale that grows was a step taken)}.
+    In place: the model's weights take one optimizer step on the clipped gradients (none when skipped), the
+        optimizer's state advances with them, the gradients are left as None, and the scaler's scale and
+        growth tracker move on (scaler.update()).
+    Raises: ValueError if max_norm is not positive.
     """
     # BEGIN SOLUTION 4.1: scaler.scale(loss).backward(); scaler.unscale_ BEFORE clipping; scaler.step; scaler.update
+    if not max_norm > 0:
+        raise ValueError(f"max_norm must be positive, got {max_norm}")
     with torch.autocast(device_type=x.device.type, dtype=torch.float16):
         _, loss = model(x, y)
     scale = scaler.get_scale()
@@ -58,8 +69,22 @@ def update_scale(
       - otherwise: one more clean step; when the tracker reaches growth_interval, multiply the scale by
         growth_factor and reset the tracker to 0.
     So with the defaults the scale halves at every overflow and doubles after 2000 clean steps in a row.
+    Check the settings first, whichever way the step went: GradScaler refuses the same ones.
+
+    Returns: tuple (the new scale, a float; the new growth tracker, an int).
+    In place: nothing.
+    Raises: ValueError if growth_interval is below 1.
+    Raises: ValueError if growth_factor is not above 1, or backoff_factor is not between 0 and 1 (both excluded).
+    Raises: ValueError if growth_tracker is negative or not below growth_interval (the tracker resets when it
+        gets there, so it never holds more).
     """
     # BEGIN SOLUTION 4.2: inf -> scale * backoff, tracker 0; else tracker + 1, and at growth_interval grow and reset
+    if growth_interval < 1:
+        raise ValueError(f"growth_interval must be at least 1, got {growth_interval}")
+    if not growth_factor > 1 or not 0 < backoff_factor < 1:
+        raise ValueError(f"need growth_factor > 1 and 0 < backoff_factor < 1, got {growth_factor} and {backoff_factor}")
+    if not 0 <= growth_tracker < growth_interval:
+        raise ValueError(f"growth_tracker must be in [0, {growth_interval}), got {growth_tracker}")
     if found_inf:
         return scale * backoff_factor, 0
     growth_tracker += 1
@@ -79,7 +104,15 @@ def step_unless_skipped(
     The gradients are already computed (scaled). scaler.step(optimizer) skips the update when it finds
     inf/NaN gradients, and scaler.update() then lowers the scale: compare the scale before and after to
     know. A skipped step did not train, so the schedule must not move either (else warmup ends early).
-    Return True if the step was skipped.
+    Step the schedule after the optimizer, as PyTorch asks. A scaler made with enabled=False (the same code
+    for an fp32 or bf16 run) keeps its scale at 1.0 and never skips.
+
+    Returns: bool, True if the step was skipped (the scale went down), False if the optimizer stepped.
+    In place: the optimizer steps through the scaler (scaler.step unscales the gradients in place, then changes
+        the parameters and the optimizer's state unless it skips), the scaler's scale and growth tracker move
+        on (scaler.update()), and the scheduler takes one step only when the optimizer did. The gradients are
+        not zeroed: that is the caller's job.
+    Raises: nothing of its own.
     """
     # BEGIN SOLUTION 4.3: a skipped step lowers the scale; only advance the scheduler when it did not
     scale = scaler.get_scale()
@@ -107,14 +140,28 @@ def fp16_overflow_experiment(
 
     Build GPT(get_config(preset), seed=seed) on `device`, AdamW(lr=lr), and
     torch.amp.GradScaler(device, init_scale=init_scale) (a large initial scale makes the first scaled
-    gradients overflow fp16's 65504). Draw batches with data.get_batch("train", batch, ctx, generator)
-    (data=None: the built-in corpus, minigpt.data.load_tokens()) from torch.Generator().manual_seed(seed).
-    Each step: the fp16 step of exercise 4.1 (clip to 1.0). Return one dict per step:
-      {"step": 1, 2, ..., "loss": float, "scale": the scale used for that step, "skipped": bool}.
+    gradients overflow fp16's 65504). Draw every batch with data.get_batch("train", batch, ctx, generator)
+    (data=None: the built-in corpus, minigpt.data.load_tokens()) from one generator for the whole run,
+    torch.Generator().manual_seed(seed). Each step: the fp16 step of exercise 4.1, clipping to 1.0.
+    Check the arguments before anything is built or loaded.
+
+    Returns: list of dicts, one per step: {"step": int, 1, 2, ..., "loss": float, "scale": float, the scale
+        used for that step (scaler.get_scale() before scaler.update()), "skipped": bool}.
+    In place: nothing (data is only read).
+    Raises: ValueError if lr or init_scale is not positive.
+    Raises: ValueError if steps, batch or ctx is below 1, or ctx is above the preset's maximum context.
+    Raises: ValueError if the preset is unknown.
     """
     # BEGIN SOLUTION 4.4: a GradScaler(init_scale=...) training loop; record scaler.get_scale() before each step
+    if not (lr > 0 and init_scale > 0):
+        raise ValueError(f"lr and init_scale must be positive, got {lr} and {init_scale}")
+    cfg = get_config(preset)  # a ValueError for an unknown preset
+    if min(steps, batch, ctx) < 1 or ctx > cfg.ctx:
+        raise ValueError(
+            f"steps, batch and ctx must be at least 1 and ctx at most {cfg.ctx}, got {steps}, {batch}, {ctx}"
+        )
     data = data or load_tokens()
-    model = GPT(get_config(preset), seed=seed).to(device)
+    model = GPT(cfg, seed=seed).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     scaler = torch.amp.GradScaler(device, init_scale=init_scale)
     generator = torch.Generator().manual_seed(seed)

@@ -15,11 +15,21 @@ def find_max_batch_size(fits: Callable[[int], bool], low: int = 1, high: int = 2
     """Exercise 7.1: the largest batch in [low, high] for which fits(batch) is True, by binary search.
 
     fits is monotone (if a batch fits, every smaller one does), and each call may be a real training
-    step, so call it about log2(high - low) times, never outside [low, high]. Return 0 when even `low`
-    does not fit. Careful with the middle: with lo known to fit, mid = (lo + hi) // 2 can equal lo, and
-    a loop that sets lo = mid then never ends; round up instead.
+    step, so call it about log2(high - low) times, with whole numbers only, never outside [low, high].
+    Check `low` first: when even `low` does not fit, return 0 without trying anything else. Careful with
+    the middle: with lo known to fit, mid = (lo + hi) // 2 can equal lo, and a loop that sets lo = mid
+    then never ends; round up instead. Should fits not be monotone after all (a step that fails now and
+    then), the search still ends on an edge it saw: a batch that fits whose next batch does not (or that
+    is `high`).
+
+    Returns: an int: the largest batch in [low, high] that fits (high when every batch fits), or 0 when
+        `low` does not fit.
+    In place: nothing.
+    Raises: ValueError if low < 1 or high < low.
     """
     # BEGIN SOLUTION 7.1: lo always fits, everything above hi fails; halve [lo, hi] until lo == hi
+    if low < 1 or high < low:
+        raise ValueError(f"search batches in [low, high] with 1 <= low <= high, got low={low}, high={high}")
     if not fits(low):
         return 0
     lo, hi = low, high
@@ -46,10 +56,21 @@ def plan_micro_batch(
       - the micro-batch must divide effective_batch (accum = effective_batch // micro_batch exactly);
       - take the first mode in `modes` in which some micro-batch fits (checkpointing only when needed),
         and in it the largest micro-batch whose predicted peak <= budget_bytes;
-      - if nothing fits: micro_batch 1 in the mode with the smallest predicted peak, and fits=False.
-    Return {"micro_batch", "accum", "checkpointing", "predicted_peak_bytes", "fits"}.
+      - if nothing fits: micro_batch 1 in the mode with the smallest predicted peak (the first such mode
+        in `modes` when several tie), and fits=False.
+
+    Returns: a dict {"micro_batch": int, "accum": int, "checkpointing": the mode chosen (a str of modes),
+        "predicted_peak_bytes": predict_peak(micro_batch, that mode), "fits": bool}, with
+        micro_batch * accum == effective_batch.
+    In place: nothing.
+    Raises: ValueError if effective_batch < 1.
+    Raises: ValueError if modes is empty.
     """
     # BEGIN SOLUTION 7.2: divisors of effective_batch; first mode with a fitting divisor; its largest one
+    if effective_batch < 1:
+        raise ValueError(f"effective_batch must be at least 1 sequence, got {effective_batch}")
+    if not modes:
+        raise ValueError("modes is empty: give at least one checkpointing mode to plan with")
     divisors = [m for m in range(1, effective_batch + 1) if effective_batch % m == 0]
     for mode in modes:
         fitting = [m for m in divisors if predict_peak(m, mode) <= budget_bytes]
@@ -78,11 +99,16 @@ def step_fits(run_step: Callable[[], object]) -> bool:
     """Exercise 7.3: run one training step; True if it ran, False if it ran out of memory.
 
     Running out of memory is an answer ("this batch does not fit"), not a crash: catch it. CUDA raises
-    torch.OutOfMemoryError (torch.cuda.OutOfMemoryError); MPS and older versions raise a RuntimeError whose
-    message contains "out of memory". Any other error is a bug in the step: let it propagate. After an
-    out-of-memory error, free what the failed step held before the next try: leave the except block
-    (its traceback keeps the step's tensors alive), then gc.collect() and, on a GPU,
-    torch.cuda.empty_cache().
+    torch.OutOfMemoryError (torch.cuda.OutOfMemoryError), which means out of memory whatever its message;
+    MPS and older versions raise a RuntimeError whose message contains "out of memory" (in any mix of
+    upper and lower case). Any other error is a bug in the step: let that very error propagate. Call
+    run_step exactly once. After an out-of-memory error, free what the failed step held before the next
+    try: leave the except block (its traceback keeps the step's tensors alive), then gc.collect() and, on
+    a GPU, torch.cuda.empty_cache().
+
+    Returns: a bool: True if run_step() returned (whatever it returned), False if it ran out of memory.
+    In place: nothing.
+    Raises: nothing of its own (an error of the step that is not out of memory goes through unchanged).
     """
     # BEGIN SOLUTION 7.3: catch only out-of-memory (torch.OutOfMemoryError, or "out of memory" in the message)
     out_of_memory = False

@@ -25,18 +25,30 @@ def per_rank_state_bytes(n_params: int, bytes_per_param: dict[str, float], shard
     """Exercise 8.1: the bytes of weights, gradients and optimizer state that ONE process holds.
 
     bytes_per_param gives the bytes of each state per parameter, e.g. {"weights": 4, "gradients": 4,
-    "optimizer": 8} for fp32 weights with AdamW. SHARDED_STATES says which states `shard` splits across
+    "optimizer": 8} for fp32 weights with AdamW (a value may be fractional: 0.5 for 4-bit weights); other
+    keys in it are not states and are left out. SHARDED_STATES says which states `shard` splits across
     the `world` processes. A split state is cut into `world` equal flat shards, padded at the end so that
     every process holds the same number of elements: ceil(n_params / world) parameters' worth, on EVERY
     rank (the last one holds padding). A state that is not split is whole on every process.
-    Return {"weights": ..., "gradients": ..., "optimizer": ...} as whole numbers of bytes (int).
-    Raise ValueError for a mode not in SHARDED_STATES or a world smaller than 1.
+
+    Returns: a dict {"weights": int, "gradients": int, "optimizer": int}: the parameters' worth this
+        process holds of each state times that state's bytes per parameter, rounded to the nearest whole
+        byte with round() (a half goes to the even neighbour: 2.5 -> 2), never truncated.
+    In place: nothing.
+    Raises: ValueError if shard is not a mode of SHARDED_STATES.
+    Raises: ValueError if world < 1 or n_params < 0.
+    Raises: KeyError if bytes_per_param lacks one of "weights", "gradients" and "optimizer".
     """
     # BEGIN SOLUTION 8.1: a split state holds ceil(n_params / world) parameters' worth; the others all of them
     if shard not in SHARDED_STATES:
         raise ValueError(f"unknown shard mode {shard!r}; choose one of: {', '.join(SHARDED_STATES)}")
     if world < 1:
         raise ValueError(f"world must be at least 1 process, got {world}")
+    if n_params < 0:
+        raise ValueError(f"n_params must be 0 or more, got {n_params}")
+    missing = [state for state in ("weights", "gradients", "optimizer") if state not in bytes_per_param]
+    if missing:
+        raise KeyError(f"bytes_per_param has no bytes for {', '.join(missing)}")
     per_shard = math.ceil(n_params / world)  # rounded up: the padded shard every rank holds
     return {
         state: round((per_shard if state in SHARDED_STATES[shard] else n_params) * bytes_per_param[state])
@@ -51,10 +63,23 @@ def flat_shard_range(numel: int, rank: int, world: int) -> tuple[int, int, int]:
     The tensor is split into `world` shards of the same size, shard_size = ceil(numel / world), in rank
     order: rank r owns the elements r * shard_size up to (r + 1) * shard_size, clipped to the tensor. The
     shards past the end are filled up with padding so that every rank holds shard_size elements (the
-    collectives need equal sizes). Return (start, end, padding) with 0 <= start <= end <= numel and
-    (end - start) + padding == shard_size. Every element belongs to exactly one rank.
+    collectives need equal sizes). Every element belongs to exactly one rank; a rank past the end of the
+    tensor owns the empty slice [numel, numel) and only padding.
+
+    Returns: a tuple of three ints (start, end, padding) with 0 <= start <= end <= numel and
+        (end - start) + padding == shard_size.
+    In place: nothing.
+    Raises: ValueError if world < 1.
+    Raises: ValueError if rank is not one of 0, 1, ..., world - 1.
+    Raises: ValueError if numel < 0.
     """
     # BEGIN SOLUTION 8.2: shard_size = ceil(numel / world); clip both ends to numel; padding fills up to shard_size
+    if world < 1:
+        raise ValueError(f"world must be at least 1 process, got {world}")
+    if not 0 <= rank < world:
+        raise ValueError(f"rank {rank} is not one of the {world} processes 0 .. {world - 1}")
+    if numel < 0:
+        raise ValueError(f"numel must be 0 or more, got {numel}")
     shard_size = math.ceil(numel / world)
     start = min(rank * shard_size, numel)
     end = min(start + shard_size, numel)
@@ -69,7 +94,14 @@ def average_gradients(model: torch.nn.Module) -> None:
     process computed the gradients of its own slice of the batch; replace every p.grad, in place, by the
     average of that gradient over all dist.get_world_size() processes, with torch.distributed.all_reduce
     (it sums by default and writes the result into the tensor it is given: then divide by the number of
-    processes). Skip parameters without a gradient.
+    processes). Keep to the sum: gloo, the CPU backend, does not have ReduceOp.AVG in every version of
+    torch. Skip parameters without a gradient.
+
+    Returns: None.
+    In place: every p.grad that is not None becomes the mean of that gradient over the processes, in the
+        same tensor (whatever holds it sees the average); the parameters, and gradients that are None,
+        stay as they are.
+    Raises: nothing of its own.
     """
     # BEGIN SOLUTION 8.3: all_reduce (a sum, in place) each p.grad, then divide it by dist.get_world_size()
     world = dist.get_world_size()
