@@ -53,6 +53,7 @@ class Reference:
         self.solutions = root / "solutions"
         self.workers: Workers | None = None
         self.stored: dict[str, dict] = {}
+        self.current: dict[str, bool] = {}  # chapter -> its stored outcomes were made from exactly this code
 
     def live(self, chapter: str) -> bool:
         """Whether this chapter's reference runs here: its solutions file is here, stored was not asked, and (in
@@ -61,8 +62,11 @@ class Reference:
             return False
         if self.mode == "reference":
             return True
-        stored = self._stored(chapter, missing_ok=True)
-        return stored is None or stored.get(FINGERPRINT) != source_fingerprint(self.solutions.parent, chapter)
+        if chapter not in self.current:  # decided once per chapter and session
+            stored = self._stored(chapter, missing_ok=True)
+            made_from = None if stored is None else stored.get(FINGERPRINT)
+            self.current[chapter] = made_from == source_fingerprint(self.solutions.parent, chapter)
+        return not self.current[chapter]
 
     def _stored(self, chapter: str, missing_ok: bool = False) -> dict | None:
         if chapter not in self.stored:
