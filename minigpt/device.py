@@ -273,6 +273,36 @@ def executed_on(info: DeviceInfo | None = None, date: datetime.date | None = Non
     return f"Executed on {info.name} ({what}), torch {torch.__version__}, {day}"
 
 
+COURSE_TORCH = (2, 7)  # the oldest torch with everything the chapters use (pyproject.toml says why)
+# torch features by the version that brought them, and what needs each: what an older torch (Colab's own) loses
+TORCH_FEATURES = (
+    ((2, 7), "float8_e8m0fnu", "chapter 1's fp8 scale format (skipped in `minigpt formats`)"),
+    ((2, 6), "torch.nn.utils.get_total_norm", "chapter 4's gradient-norm cell"),
+    ((2, 4), "F.rms_norm", "the model itself (RMSNorm): nothing trains"),
+    ((2, 4), "selective checkpointing", "--checkpointing selective"),
+    ((2, 4), "fused AdamW on the CPU", "speed only: AdamW falls back to foreach"),
+)
+
+
+def torch_version_tuple(version: str = torch.__version__) -> tuple[int, int]:
+    """(major, minor) of a torch version string such as '2.5.1+cu121'."""
+    major, minor = version.split("+")[0].split(".")[:2]
+    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+
+def torch_too_old(version: str = torch.__version__) -> str | None:
+    """None when torch is new enough for the course; else one line: what is missing and how to upgrade."""
+    found = torch_version_tuple(version)
+    if found >= COURSE_TORCH:
+        return None
+    missing = [f"{what} (needs {a}.{b}: {where})" for (a, b), what, where in TORCH_FEATURES if found < (a, b)]
+    return (
+        f"torch {version} is older than the course's {COURSE_TORCH[0]}.{COURSE_TORCH[1]}; missing: "
+        + "; ".join(missing)
+        + ". Upgrade with pip install -U 'torch>=2.7' (on Colab: then Runtime > Restart session)"
+    )
+
+
 def doctor_rows() -> list[tuple[str, str]]:
     """(what, value) rows describing this environment and the device training would use."""
     info = device_info(pick_device())
@@ -303,4 +333,7 @@ def doctor_rows() -> list[tuple[str, str]]:
             rows.append((f"{name} matmul vs fp32 (measured, {CPU_MATMUL_N} x {CPU_MATMUL_N})", speed))
     if info.note:
         rows.append(("device note", info.note))
+    old = torch_too_old()
+    if old:
+        rows.append(("torch too old", old))
     return rows

@@ -126,3 +126,15 @@ def test_executed_on_a_simulated_t4_says_no_bf16():
 def test_executed_on_this_machine_is_one_line():
     line = device_module.executed_on()
     assert line.startswith("Executed on ") and "\n" not in line and "torch " in line
+
+
+def test_doctor_says_plainly_what_an_older_torch_loses():
+    """Colab ships its own torch, which may be older than the course's 2.7: doctor names what will not work."""
+    from minigpt.device import torch_too_old, torch_version_tuple
+
+    assert torch_version_tuple("2.5.1+cu121") == (2, 5) and torch_version_tuple("2.13.0") == (2, 13)
+    assert torch_too_old("2.7.0") is None and torch_too_old("2.13.0+cpu") is None
+    line = torch_too_old("2.5.1+cu121")
+    assert "older than the course's 2.7" in line and "float8_e8m0fnu" in line and "get_total_norm" in line
+    assert "F.rms_norm" not in line and "pip install -U 'torch>=2.7'" in line
+    assert "nothing trains" in torch_too_old("2.3.0")
