@@ -2,6 +2,7 @@
 skipped steps, and the overflow experiment."""
 
 import copy
+import dataclasses
 import functools
 import inspect
 import math
@@ -224,6 +225,12 @@ OVERFLOW = dict(lr=1e-2, steps=4, init_scale=340_000.0, preset="tiny-deep", batc
 OVERFLOW_SCALES = [340_000.0, 170_000.0, 85_000.0, 85_000.0]  # halved after each skipped step, then kept
 
 
+RETURNS_4_4 = (
+    'Returns: list of dicts, one per step: {"step": int, 1, 2, ..., "loss": float, "scale": float, the scale used '
+    'for that step (scaler.get_scale() before scaler.update()), "skipped": bool}.'
+)
+
+
 def _overflow_case() -> Case:
     # Two AdamW steps at lr 1e-2 after two skipped ones. AdamW's first step moves every weight by lr x sign(g),
     # and another CPU may round a tiny gradient's sign the other way: simulated (16-bit matmul outputs one unit
@@ -235,11 +242,7 @@ def _overflow_case() -> Case:
         atol=0.01,
         ignore=("*'optimizer']", "*'started']*", "*'finished']*"),
         drive=_overflow_watched,
-        promise=(
-            'Returns: list of dicts, one per step: {"step": int, 1, 2, ..., "loss": float, "scale": float, the scale '
-            'used for that step (scaler.get_scale() before scaler.update()), "skipped": bool}.',
-            "In place: nothing (data is only read).",
-        ),
+        promise="In place: nothing (data is only read).",
     )
 
 
@@ -407,7 +410,7 @@ def _cases_4_1() -> list[Case]:
     model = GPT(STEP_CFG, seed=1)
     # clean, clipped (norm 1.28 > 0.3), and at the end of the growth interval: the scale grows 3x after the step
     grows = _scaler(2.0**12, growth_factor=3.0, backoff_factor=0.25, growth_interval=1)
-    cases = [case(model, sgd(model), grows, 1, 0.3, promise=(returns, in_place))]
+    cases = [case(model, sgd(model), grows, 1, 0.3, promise=in_place)]
     model = GPT(STEP_CFG, seed=2)
     # clean, not clipped (the default max_norm of 1.0 would clip), one more clean step counted: the scale stays
     counts = _scaler(2.0**10, tracker=1, growth_factor=4.0, growth_interval=4)
@@ -416,7 +419,9 @@ def _cases_4_1() -> list[Case]:
     # 2**40 overflows fp16: the step is skipped, the scale backs off 8x, the tracker restarts; nothing else moves
     overflows = _scaler(2.0**40, tracker=3, growth_factor=4.0, backoff_factor=0.125, growth_interval=5)
     adamw = NamedAdamW(model.parameters(), lr=1e-3)
-    cases.append(case(model, adamw, overflows, 3, 0.7, ignore=("*'grad_norm']",), promise=(returns, in_place)))
+    # called as it is, without watching the forward (a forward in another precision does not overflow here)
+    skipped = case(model, adamw, overflows, 3, 0.7, ignore=("*'grad_norm']",), promise=(returns, in_place))
+    cases.append(dataclasses.replace(skipped, drive=None))
     bad = "Raises: ValueError if max_norm is not positive."
     for max_norm in (0.0, -1.0):
         model = GPT(STEP_CFG, seed=4)
@@ -487,6 +492,11 @@ def _step_after_backward(function, model, optimizer, scheduler, scaler, x, losse
     return returned
 
 
+def _step_after_one_backward(function, model, optimizer, scheduler, scaler, x, factor):
+    """In the worker: one step of _step_after_backward, and what that call returned, as it returned it."""
+    return _step_after_backward(function, model, optimizer, scheduler, scaler, x, (factor,))[0]
+
+
 def _cases_4_3() -> list[Case]:
     returns = "Returns: bool, True if the step was skipped (the scale went down), False if the optimizer stepped."
     in_place = (
@@ -511,7 +521,7 @@ def _cases_4_3() -> list[Case]:
             "step_unless_skipped",
             (layer, optimizer, scheduler, scaler, x, losses),
             drive=_step_after_backward,
-            promise=(returns, in_place, "Raises: nothing of its own."),
+            promise=(in_place, "Raises: nothing of its own."),
             **fp32,
         )
     ]
@@ -526,7 +536,7 @@ def _cases_4_3() -> list[Case]:
             (layer, optimizer, scheduler, scaler, x, (1.0, math.inf, 1.0)),
             {"unscale_first": True},
             drive=_step_after_backward,
-            promise=(returns, in_place),
+            promise=in_place,
             **fp32,
         )
     )
@@ -538,8 +548,21 @@ def _cases_4_3() -> list[Case]:
     cases.append(
         Case(
             "step_unless_skipped",
-            (layer, optimizer, scheduler, off, x, (1.0, 1.0)),
-            drive=_step_after_backward,
+            (layer, optimizer, scheduler, off, x, 1.0),
+            drive=_step_after_one_backward,
+            promise=returns,
+            **fp32,
+        )
+    )
+    torch.manual_seed(4)
+    layer = torch.nn.Linear(5, 3)
+    optimizer = NamedSGD(layer.parameters(), lr=0.05)
+    scheduler = NamedStepLR(optimizer, step_size=2, gamma=0.1)
+    cases.append(
+        Case(
+            "step_unless_skipped",
+            (layer, optimizer, scheduler, _scaler(2.0**20, tracker=5, growth_interval=7), x, math.nan),
+            drive=_step_after_one_backward,
             promise=returns,
             **fp32,
         )
@@ -554,6 +577,13 @@ def _cases_4_4() -> list[Case]:
     sizes = "Raises: ValueError if steps, batch or ctx is below 1, or ctx is above the preset's maximum context."
     return [
         _overflow_case(),
+        # two clean steps, called as it is (the experiment's case is watched): the same tolerance as that case's
+        Case(
+            "fp16_overflow_experiment",
+            (5e-3, 2, 2.0**12, "tiny", 2, 6, "cpu", data, 1),
+            atol=0.01,
+            promise=RETURNS_4_4,
+        ),
         Case("fp16_overflow_experiment", kwargs={**small, "lr": 0.0}, promise=positive),
         Case("fp16_overflow_experiment", kwargs={**small, "lr": -1e-3}, promise=positive),
         Case("fp16_overflow_experiment", kwargs={**small, "init_scale": 0.0}, promise=positive),

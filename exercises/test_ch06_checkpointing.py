@@ -243,12 +243,20 @@ BLOCK_PEAK = (0.8, 1.25)
 VALUES = dict(rtol=1e-4, atol=1e-6)
 
 
-def _stack(cfg: ModelConfig, batch: int, seed: int = 0, input_grad: bool = True) -> tuple:
+class Stack(tuple):
+    """(blocks, x, cos, sin), shown by its sizes in a grader's message."""
+
+    def __repr__(self) -> str:
+        blocks, x = self[0], self[1]
+        return f"<{len(blocks)} blocks, x {tuple(x.shape)}{'' if x.requires_grad else ' not requiring grad'}>"
+
+
+def _stack(cfg: ModelConfig, batch: int, seed: int = 0, input_grad: bool = True) -> Stack:
     """(blocks, x, cos, sin): a model's blocks and rotary tables, and a random input of (batch, ctx, n_embd)."""
     model = GPT(cfg, seed=seed).train()
     gen = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(batch, cfg.ctx, cfg.n_embd, generator=gen).requires_grad_(input_grad)
-    return model.blocks, x, model.rope_cos, model.rope_sin
+    return Stack((model.blocks, x, model.rope_cos, model.rope_sin))
 
 
 def _forward_backward(function, blocks, x, cos, sin):
@@ -277,9 +285,23 @@ def _forward_backward(function, blocks, x, cos, sin):
     return {"output": out.detach().clone(), "kept_bytes": kept, "attached": attached}
 
 
-def _forward_backward_each(function, stacks):
+def _forward_backward_each(function, *stacks):
     """In the worker: _forward_backward on each (blocks, x, cos, sin) of stacks: small cases in one."""
     return [_forward_backward(function, *stack) for stack in stacks]
+
+
+def _forward(function, blocks, x, cos, sin):
+    """In the worker: the forward alone; its output detached (whether it is attached to the graph is for the cases
+    with a backward to show)."""
+    out = function(blocks, x, cos, sin)
+    return out.detach() if isinstance(out, torch.Tensor) else out
+
+
+class Calls(list):
+    """A list of (args, kwargs), shown as how many there are in a grader's message (each outcome names its call)."""
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} calls>"
 
 
 def _each_call(function, calls):
@@ -319,6 +341,7 @@ def _cases_6_1() -> list[Case]:
             _stack(FIVE, 4),
             **VALUES,
             peak=BLOCK_PEAK,
+            drive=_forward,
             promise=(FORWARD_RETURNS, FORWARD_IN_PLACE, "Raises: nothing of its own."),
         ),
         # Forward and backward: the gradients (weights and input), what was kept, one block recomputed at a time.
@@ -327,7 +350,7 @@ def _cases_6_1() -> list[Case]:
         # Dropout: the recomputation must draw the forward's masks. And a single block.
         Case(
             "checkpointed_forward",
-            ([_stack(odd, 3, seed=2, input_grad=False), _stack(dropout, 2, seed=3), _stack(one, 2, seed=4)],),
+            (_stack(odd, 3, seed=2, input_grad=False), _stack(dropout, 2, seed=3), _stack(one, 2, seed=4)),
             **VALUES,
             drive=_forward_backward_each,
         ),
@@ -390,12 +413,11 @@ def _cases_6_3() -> list[Case]:
             _stack(EIGHT, 4),
             **VALUES,
             peak=BLOCK_PEAK,
+            drive=_forward,
             promise=(FORWARD_RETURNS, FORWARD_IN_PLACE),
         ),
         Case("sqrt_checkpointed_forward", _stack(EIGHT, 4, seed=1), **VALUES, peak=BLOCK_PEAK, drive=_forward_backward),
-        Case(
-            "sqrt_checkpointed_forward", ([*small, _stack(dropout, 2, seed=3)],), **VALUES, drive=_forward_backward_each
-        ),
+        Case("sqrt_checkpointed_forward", (*small, _stack(dropout, 2, seed=3)), **VALUES, drive=_forward_backward_each),
         Case(
             "sqrt_checkpointed_forward",
             (torch.nn.ModuleList(), x, cos, sin),
@@ -473,7 +495,9 @@ def _cases_6_4() -> list[Case]:
         Case("checkpointing_tradeoff", (), {**cheap, "modes": ()}, promise=raises),
         # The changed argument first in each call, so that the call's text (the key of its outcome) shows it.
         Case(
-            "checkpointing_tradeoff", ([((), {**change, **cheap, **change}) for change in refused],), drive=_each_call
+            "checkpointing_tradeoff",
+            (Calls(((), {**change, **cheap, **change}) for change in refused),),
+            drive=_each_call,
         ),
     ]
 

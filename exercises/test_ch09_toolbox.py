@@ -171,6 +171,17 @@ def test_chunked_loss_and_gradients_equal_the_whole_loss(answers):
 def test_no_tensor_holds_all_the_logits(answers):
     n, c, v, chunks = 256, 8, 512, 8
     got = answers.run(_loss_and_grads, n, c, v, chunks, seed=1, watch=True)
+    want_loss, want_h, want_w = _reference_loss(n, c, v, seed=1)
+    # Saving memory counts only with the right answer: the loss and both gradients of the whole cross-entropy
+    # (the same sums in another order: well under 1e-5 relative at these sizes).
+    assert torch.allclose(got["loss"], want_loss, rtol=1e-5), (
+        f"{n} tokens, {chunks} chunks: loss {got['loss'].item():.6f}, F.cross_entropy on the whole logits gives "
+        f"{want_loss.item():.6f}"
+    )
+    for name, grad, want in (("hidden", got["hidden"], want_h), ("weight", got["weight"], want_w)):
+        assert grad is not None, f"{n} tokens, {chunks} chunks: {name} got no gradient: is the loss on the graph?"
+        error = ((grad - want).norm() / want.norm()).item()
+        assert error < 1e-5, f"{n} tokens, {chunks} chunks: d loss / d {name} is off by {error:.1e} (relative)"
     whole, chunk = 4 * n * v, 4 * (n // chunks) * v
     # The weight's gradient (V x C) and one chunk's logits are the largest tensors a chunked loss needs;
     # half the whole logits is far above both and far below them.

@@ -295,7 +295,7 @@ def _clear_of_midpoints(weight: torch.Tensor, block: int, margin: float = 1e-5) 
     for m in _MIDPOINTS:
         near = (normed - m).abs() < margin
         nearest = NF4_CODE.double()[(normed[near][:, None] - NF4_CODE.double()).abs().argmin(dim=1)]
-        blocks[near] = (nearest * scales.expand_as(blocks)[near])
+        blocks[near] = nearest * scales.expand_as(blocks)[near]
     return blocks.float().reshape(weight.shape)
 
 
@@ -374,7 +374,10 @@ def _cases_10_4() -> list[Case]:
         Case(
             f,
             (_nf4_codes((8, 64), 1), _nf4_scales(8, 1)),  # the default block of 64
-            promise=("Returns: an fp32 tensor of the codes' shape.", "In place: nothing; codes and scales are left as they were."),
+            promise=(
+                "Returns: an fp32 tensor of the codes' shape.",
+                "In place: nothing; codes and scales are left as they were.",
+            ),
             **exact,
         ),
         Case(f, (_nf4_codes((8, 64), 2), _nf4_scales(16, 2), 32), **exact),

@@ -60,8 +60,7 @@ def dequantize_blockwise(
         raise ValueError(f"block and power must be at least 1, got block={block}, power={power}")
     if scales.numel() != -(-codes.numel() // block):
         raise ValueError(
-            f"{codes.numel()} codes in blocks of {block} need {-(-codes.numel() // block)} scales, "
-            f"got {scales.numel()}"
+            f"{codes.numel()} codes in blocks of {block} need {-(-codes.numel() // block)} scales, got {scales.numel()}"
         )
     q = codes.reshape(-1).float()
     per_value = scales.float().repeat_interleave(block)[: q.numel()]

@@ -97,8 +97,15 @@ MISTAKES = {
     "4.2: growth_factor assumed 2": Mistake(
         "4.2", "update_scale", "", ("return scale * growth_factor, 0", "return scale * 2.0, 0")
     ),
-    "4.2: growth_interval not checked": Mistake(
-        "4.2", "update_scale", "", ("    if growth_interval < 1:\n", "    if growth_interval < 0:\n")
+    "4.2: no settings checked at all": Mistake(
+        "4.2",
+        "update_scale",
+        "",
+        [
+            ("    if growth_interval < 1:\n", "    if False:\n"),
+            ("    if not growth_factor > 1 or not 0 < backoff_factor < 1:\n", "    if False:\n"),
+            ("    if not 0 <= growth_tracker < growth_interval:\n", "    if False:\n"),
+        ],
     ),
     "4.2: the factors checked only where they are used": Mistake(
         "4.2",

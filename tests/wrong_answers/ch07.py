@@ -51,9 +51,6 @@ MISTAKES = {
             ),
         ],
     ),
-    "7.1: the middle rounded down (the search never ends)": Mistake(
-        "7.1", "find_max_batch_size", "", ("mid = (lo + hi + 1) // 2", "mid = (lo + hi) // 2")
-    ),
     # --- 7.2 plan_micro_batch
     "7.2: accum as a float": Mistake(
         "7.2", "plan_micro_batch", "", ('"accum": effective_batch // micro,', '"accum": effective_batch / micro,')

@@ -28,7 +28,10 @@ MISTAKES = {
         "9.1",
         "quantize_blockwise",
         "",
-        ("    scales = blocks.abs().amax(dim=1)\n", "    scales = blocks.abs().amax(dim=1)\n    scales[scales == 0] = 1\n"),
+        (
+            "    scales = blocks.abs().amax(dim=1)\n",
+            "    scales = blocks.abs().amax(dim=1)\n    scales[scales == 0] = 1\n",
+        ),
     ),
     "9.1: halves rounded up, not to even (floor(v + 0.5))": Mistake(
         "9.1",
@@ -43,10 +46,16 @@ MISTAKES = {
         "9.1", "quantize_blockwise", "", ("round(127 * ratio ** (1 / power))", "round(127 * ratio**power)")
     ),
     "9.1: codes kept as floats": Mistake(
-        "9.1", "quantize_blockwise", "", ("return codes.reshape(-1)[:n].to(torch.int8), scales", "return codes.reshape(-1)[:n], scales")
+        "9.1",
+        "quantize_blockwise",
+        "",
+        ("return codes.reshape(-1)[:n].to(torch.int8), scales", "return codes.reshape(-1)[:n], scales"),
     ),
     "9.1: the scale is the largest value, not the largest |value|": Mistake(
-        "9.1", "quantize_blockwise", "", ("    scales = blocks.abs().amax(dim=1)\n", "    scales = blocks.amax(dim=1).abs()\n")
+        "9.1",
+        "quantize_blockwise",
+        "",
+        ("    scales = blocks.abs().amax(dim=1)\n", "    scales = blocks.amax(dim=1).abs()\n"),
     ),
     "9.1: x divided by its scales in place": Mistake(
         "9.1",
@@ -71,19 +80,36 @@ MISTAKES = {
         "9.1",
         "quantize_blockwise",
         "",
-        (
-            '    if block < 1 or power < 1:\n        raise ValueError(f"block and power must be at least 1, got block={block}, power={power}")\n    flat',
-            '    if block < 1:\n        raise ValueError(f"block must be at least 1, got block={block}")\n    flat',
-        ),
+        """
+        def quantize_blockwise(x, block, power=1):
+            if block < 1:
+                raise ValueError(f"block must be at least 1, got {block}")
+            flat = x.detach().reshape(-1).float()
+            n = flat.numel()
+            n_blocks = -(-n // block)
+            padded = torch.zeros(n_blocks * block, dtype=torch.float32)
+            padded[:n] = flat
+            blocks = padded.view(n_blocks, block)
+            scales = blocks.abs().amax(dim=1)
+            ratio = blocks.abs() / scales.clamp_min(torch.finfo(torch.float32).tiny)[:, None]
+            codes = torch.round(127 * ratio ** (1 / power)) * blocks.sign()
+            return codes.reshape(-1)[:n].to(torch.int8), scales
+        """,
     ),
     "9.1: dequantize ignores the shape": Mistake(
-        "9.1", "dequantize_blockwise", "", ("    return x.reshape(shape) if shape is not None else x\n", "    return x\n")
+        "9.1",
+        "dequantize_blockwise",
+        "",
+        ("    return x.reshape(shape) if shape is not None else x\n", "    return x\n"),
     ),
     "9.1: dequantize gives the codes' shape by default": Mistake(
         "9.1",
         "dequantize_blockwise",
         "",
-        ("    return x.reshape(shape) if shape is not None else x\n", "    return x.reshape(shape if shape is not None else codes.shape)\n"),
+        (
+            "    return x.reshape(shape) if shape is not None else x\n",
+            "    return x.reshape(shape if shape is not None else codes.shape)\n",
+        ),
     ),
     "9.1: dequantize divides by 128": Mistake(
         "9.1", "dequantize_blockwise", "", ("(q.abs() / 127) ** power", "(q.abs() / 128) ** power")
@@ -126,7 +152,10 @@ MISTAKES = {
         "9.2",
         "chunked_cross_entropy",
         "",
-        ("zip(hidden.tensor_split(chunks), targets.tensor_split(chunks))", "zip(hidden.split(chunks), targets.split(chunks))"),
+        (
+            "zip(hidden.tensor_split(chunks), targets.tensor_split(chunks))",
+            "zip(hidden.split(chunks), targets.split(chunks))",
+        ),
     ),
     "9.2: pieces of N // chunks tokens (one more piece)": Mistake(
         "9.2",
@@ -141,7 +170,10 @@ MISTAKES = {
         "9.2",
         "chunked_cross_entropy",
         "",
-        ("checkpoint(piece_loss, h, weight, t, use_reentrant=False)", "checkpoint(piece_loss, h, weight.detach(), t, use_reentrant=False)"),
+        (
+            "checkpoint(piece_loss, h, weight, t, use_reentrant=False)",
+            "checkpoint(piece_loss, h, weight.detach(), t, use_reentrant=False)",
+        ),
     ),
     "9.2: the loss summed as a Python number": Mistake(
         "9.2",
@@ -184,13 +216,19 @@ MISTAKES = {
         "9.3",
         "state_bytes",
         "",
-        ('    if optimizer == "adamw":\n        moments = 8 * sum(sizes)\n', '    if optimizer not in ("adamw8bit",):\n        moments = 8 * sum(sizes)\n'),
+        (
+            '    if optimizer == "adamw":\n        moments = 8 * sum(sizes)\n',
+            '    if optimizer not in ("adamw8bit",):\n        moments = 8 * sum(sizes)\n',
+        ),
     ),
     "9.3: the optimizer's name matched in any case": Mistake(
         "9.3",
         "state_bytes",
         "",
-        ("    sizes = [p.numel() for p in model.parameters()]\n", "    sizes = [p.numel() for p in model.parameters()]\n    optimizer = optimizer.lower()\n"),
+        (
+            "    sizes = [p.numel() for p in model.parameters()]\n",
+            "    sizes = [p.numel() for p in model.parameters()]\n    optimizer = optimizer.lower()\n",
+        ),
     ),
     "9.3: 4096 values still kept in fp32 (<= for <)": Mistake(
         "9.3", "state_bytes", "", ("8 * n if n < 4096 else", "8 * n if n <= 4096 else")
@@ -214,6 +252,10 @@ MISTAKES = {
         "9.3",
         "state_bytes",
         "",
-        ("    gradients = 4 * (max(sizes) if in_backward else sum(sizes))\n", "    gradients = 4 * (max(sizes) if in_backward else sum(sizes))\n    moments = moments * max(sizes) // sum(sizes) if in_backward else moments\n"),
+        (
+            "    gradients = 4 * (max(sizes) if in_backward else sum(sizes))\n",
+            "    gradients = 4 * (max(sizes) if in_backward else sum(sizes))\n"
+            "    moments = moments * max(sizes) // sum(sizes) if in_backward else moments\n",
+        ),
     ),
 }

@@ -32,7 +32,8 @@ MISTAKES = {
         "",
         (
             "    return x @ weight.T + ((x @ lora_A.T) * (alpha / rank)) @ lora_B.T\n",
-            "    with torch.no_grad():\n        lora_A.mul_(alpha / rank)\n    return x @ weight.T + (x @ lora_A.T) @ lora_B.T\n",
+            "    with torch.no_grad():\n        lora_A.mul_(alpha / rank)\n"
+            "    return x @ weight.T + (x @ lora_A.T) @ lora_B.T\n",
         ),
     ),
     "10.1: the adapter cut off from backward": Mistake(
@@ -41,7 +42,8 @@ MISTAKES = {
         "",
         (
             "    return x @ weight.T + ((x @ lora_A.T) * (alpha / rank)) @ lora_B.T\n",
-            "    with torch.no_grad():\n        delta = ((x @ lora_A.T) * (alpha / rank)) @ lora_B.T\n    return x @ weight.T + delta\n",
+            "    with torch.no_grad():\n        delta = ((x @ lora_A.T) * (alpha / rank)) @ lora_B.T\n"
+            "    return x @ weight.T + delta\n",
         ),
     ),
     "10.1: rank 0 not refused (a ZeroDivisionError)": Mistake(
@@ -62,7 +64,8 @@ MISTAKES = {
         "",
         (
             "    return weight + (alpha / rank) * (lora_B @ lora_A)\n",
-            "    merged = weight.view_as(weight)\n    merged += (alpha / rank) * (lora_B @ lora_A)\n    return merged\n",
+            "    merged = weight.view_as(weight)\n"
+            "    merged += (alpha / rank) * (lora_B @ lora_A)\n    return merged\n",
         ),
     ),
     "10.2: B all zeros returns the weight itself": Mistake(
@@ -76,13 +79,19 @@ MISTAKES = {
         ),
     ),
     "10.2: the scale computed as alpha // r": Mistake(
-        "10.2", "merge_lora", "", ("return weight + (alpha / rank) * (lora_B @ lora_A)", "return weight + (alpha // rank) * (lora_B @ lora_A)")
+        "10.2",
+        "merge_lora",
+        "",
+        ("return weight + (alpha / rank) * (lora_B @ lora_A)", "return weight + (alpha // rank) * (lora_B @ lora_A)"),
     ),
     "10.2: merged in float64": Mistake(
         "10.2",
         "merge_lora",
         "",
-        ("return weight + (alpha / rank) * (lora_B @ lora_A)", "return weight.double() + (alpha / rank) * (lora_B.double() @ lora_A.double())"),
+        (
+            "return weight + (alpha / rank) * (lora_B @ lora_A)",
+            "return weight.double() + (alpha / rank) * (lora_B.double() @ lora_A.double())",
+        ),
     ),
     "10.2: no check that the adapter fits": Mistake(
         "10.2",
@@ -106,7 +115,7 @@ MISTAKES = {
             "codes = (15 - (normed[..., None] - NF4_CODE.flip(0)).abs().argmin(dim=-1)).to(torch.uint8)",
         ),
     ),
-    "10.3: blocks cut within each row": Mistake(
+    "10.3: blocks required to fit within a row": Mistake(
         "10.3",
         "nf4_quantize",
         "",
@@ -116,13 +125,19 @@ MISTAKES = {
         ),
     ),
     "10.3: the block argument ignored (64)": Mistake(
-        "10.3", "nf4_quantize", "", ("blocks = weight.detach().float().reshape(-1, block)", "blocks = weight.detach().float().reshape(-1, 64)")
+        "10.3",
+        "nf4_quantize",
+        "",
+        ("blocks = weight.detach().float().reshape(-1, block)", "blocks = weight.detach().float().reshape(-1, 64)"),
     ),
     "10.3: codes left as int64": Mistake(
         "10.3",
         "nf4_quantize",
         "",
-        ("codes = (normed[..., None] - NF4_CODE).abs().argmin(dim=-1).to(torch.uint8)", "codes = (normed[..., None] - NF4_CODE).abs().argmin(dim=-1)"),
+        (
+            "codes = (normed[..., None] - NF4_CODE).abs().argmin(dim=-1).to(torch.uint8)",
+            "codes = (normed[..., None] - NF4_CODE).abs().argmin(dim=-1)",
+        ),
     ),
     "10.3: a size that is not a multiple of the block not refused": Mistake(
         "10.3",
@@ -141,7 +156,10 @@ MISTAKES = {
         "10.4",
         "nf4_dequantize",
         "",
-        ("values = NF4_CODE[codes.long()].reshape(-1, block) * scales[:, None]", "values = NF4_CODE[codes.long()].reshape(-1, 64) * scales[:, None]"),
+        (
+            "values = NF4_CODE[codes.long()].reshape(-1, block) * scales[:, None]",
+            "values = NF4_CODE[codes.long()].reshape(-1, 64) * scales[:, None]",
+        ),
     ),
     "10.4: the values returned flat": Mistake(
         "10.4", "nf4_dequantize", "", ("    return values.reshape(codes.shape)\n", "    return values.reshape(-1)\n")
@@ -159,7 +177,10 @@ MISTAKES = {
         "10.4",
         "nf4_dequantize",
         "",
-        ("values = NF4_CODE[codes.long()].reshape(-1, block)", "values = NF4_CODE[(codes.long() - 8) % 16].reshape(-1, block)"),
+        (
+            "values = NF4_CODE[codes.long()].reshape(-1, block)",
+            "values = NF4_CODE[(codes.long() - 8) % 16].reshape(-1, block)",
+        ),
     ),
     "10.4: every value times the first scale of its row": Mistake(
         "10.4",
@@ -170,7 +191,7 @@ MISTAKES = {
             if block < 1 or codes.numel() % block or scales.numel() != codes.numel() // block:
                 raise ValueError("blocks do not fit")
             rows = codes.reshape(-1, codes.shape[-1])
-            per_row = scales.reshape(rows.shape[0], -1)[:, :1] if scales.numel() % rows.shape[0] == 0 else scales[:1, None]
+            per_row = scales.reshape(rows.shape[0], -1)[:, :1]  # the row's first block's scale for all of it
             return (NF4_CODE[rows.long()] * per_row).reshape(codes.shape)
         """,
     ),
