@@ -53,7 +53,7 @@ def plan_micro_batch(
       - if nothing fits: micro_batch 1 in the mode with the smallest predicted peak (the first such mode
         in `modes` when several tie), and fits=False.
 
-    Returns: a dict {"micro_batch": int, "accum": int, "checkpointing": the mode chosen (a str of modes),
+    Returns: a dict {"micro_batch": int, "accum": int, "checkpointing": the mode chosen (one of modes),
         "predicted_peak_bytes": predict_peak(micro_batch, that mode), "fits": bool}, with
         micro_batch * accum == effective_batch.
     In place: nothing.

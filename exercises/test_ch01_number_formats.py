@@ -24,8 +24,8 @@ FORMATS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 VALUES = [1.0, -2.5, 0.1, 1 / 3, 65504.0, 1e38, 3e-5, 5.9e-8, 0.0, -0.0, 1e-46, 300.0, -0.02, -1e-40]
 
 
-@pytest.mark.exercise("1.1", points=2)
-def test_decode_float_matches_the_bits(answers):
+@pytest.mark.exercise("1.1", points=3)
+def test_decode_float_matches_the_bits(answers, contract):
     for name in FORMATS:
         for value in VALUES:
             expected = decode_bits(value, FORMATS[name])
@@ -35,10 +35,8 @@ def test_decode_float_matches_the_bits(answers):
                 f"decode_float({value!r}, {name}) returned {got}, expected {want} "
                 f"(sign | {len(want[1])} exponent bits | {len(want[2])} mantissa bits)"
             )
-
-
-@pytest.mark.exercise("1.1", points=1)
-def test_1_1_keeps_its_contract(answers, contract):
+    # Exercise 1.1's contract is checked here, not in a test of its own: tests/test_grading_attacks.py expects
+    # 1.1 to be one test (one message when an answer ends the grader's process).
     contract.check(answers, CONTRACTS["1.1"]())
 
 

@@ -266,24 +266,20 @@ def _check_overflow(seen: dict) -> None:
     rows, optimizer_steps = seen["rows"], seen["steps"]
     assert isinstance(rows, list) and all(isinstance(r, dict) for r in rows), "return a list of one dict per step"
     assert [r.get("step") for r in rows] == [1, 2, 3, 4], "one row per step, numbered from 1"
+    # ctx=8 is below the tiny-deep preset's 64: every batch is (batch, ctx) as asked
+    assert seen["inputs"] and set(map(tuple, seen["inputs"])) == {(3, 8)}, (
+        f"the model saw batches of shape {sorted(set(map(tuple, seen['inputs'])))}, expected (batch, ctx) = (3, 8): "
+        f"draw them with the batch and ctx you are given, not the model's maximum"
+    )
     # 340,000 times the gradients of the first two batches overflows fp16's 65504 somewhere in the backward.
-    assert [r.get("scale") for r in rows] == OVERFLOW_SCALES and [r.get("skipped") for r in rows] == [
-        True,
-        True,
-        False,
-        False,
-    ], (
+    scales, skipped = [r.get("scale") for r in rows], [r.get("skipped") for r in rows]
+    assert scales == OVERFLOW_SCALES and skipped == [True, True, False, False], (
         f"from init_scale=340000 the first two steps overflow fp16: they are skipped and the scale halves each "
         f"time; at 85000 the next two are taken, and the scale stays until 2000 clean steps; got {rows}"
     )
     assert len(optimizer_steps) == 2, (
         f"the optimizer stepped {len(optimizer_steps)} times in 4 steps, 2 of them with inf gradients; expected 2: "
         f"step through the scaler (scaler.step(optimizer)), which skips those"
-    )
-    # ctx=8 is below the tiny-deep preset's 64: every batch is (batch, ctx) as asked
-    assert seen["inputs"] and set(map(tuple, seen["inputs"])) == {(3, 8)}, (
-        f"the model saw batches of shape {sorted(set(map(tuple, seen['inputs'])))}, expected (batch, ctx) = (3, 8): "
-        f"draw them with the batch and ctx you are given, not the model's maximum"
     )
     assert all(isinstance(r["loss"], float) for r in rows), "each row's loss is a Python float (loss.item())"
     assert all(math.isfinite(r["loss"]) for r in rows), "the losses must stay finite: the scaler protects the weights"

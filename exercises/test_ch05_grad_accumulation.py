@@ -224,8 +224,9 @@ DEEP = ModelConfig(n_layer=3, n_head=4, n_embd=24, ctx=12, vocab_size=20)
 # wrong weighting is off by 10% or more). The loss, a sum of fp32 losses, is well within rtol 1e-4 too.
 GRADS = dict(rtol=1e-4, atol=2e-7)
 # One micro-batch's activations at a time: the reference's peak is one micro-batch's graph plus the gradients.
-# Keeping all 3 graphs (the losses summed with one backward, or each kept with retain_graph) is 2.7x that. Within
-# 0.75x..1.3x: an honest answer may keep the last logits (16 KiB here) or a loss tensor a little longer.
+# Keeping all 3 graphs (the losses summed with one backward, or each kept with retain_graph) is 2.7x that; each
+# kept until the next forward is done (retain_graph alone) 1.8x. Within 0.75x..1.3x: an honest answer may keep the
+# last logits (16 KiB here) or a loss tensor a little longer.
 ONE_GRAPH = (0.75, 1.3)
 ACCUMULATE_RETURNS = "Returns: a float, the window's mean loss per counted target (what one big batch's loss would be)."
 ACCUMULATE_IN_PLACE = (

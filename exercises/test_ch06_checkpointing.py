@@ -64,6 +64,11 @@ def _check_same_as_plain(answers, name, cfg, detach=False):
     want_out, want_grads, _, _ = _run(plain_forward, cfg, detach=detach)
     out, grads, _, _ = answers.run(_run_answer, name, cfg, detach=detach)
     where = f"{cfg.n_layer} blocks of width {cfg.n_embd}" + (", input not requiring grad" if detach else "")
+    _check_values(where, out, grads, want_out, want_grads)
+
+
+def _check_values(where, out, grads, want_out, want_grads):
+    """The output and the gradients of a checkpointed forward against the plain forward's."""
     # Recomputation repeats the same ops on the same inputs: equal up to fp32 rounding (1e-6 covers any
     # kernel that reduces in another order on another device).
     difference = (out - want_out).abs().max().item()
@@ -97,8 +102,9 @@ def test_checkpointed_forward_gives_the_same_gradients(answers):
 
 @pytest.mark.exercise("6.1", points=2)
 def test_checkpointed_forward_keeps_only_block_inputs(answers):
-    *_, plain, x_bytes = _run(plain_forward, NINE_BLOCKS, count_saved=True)
-    *_, saved, _ = answers.run(_run_answer, "checkpointed_forward", NINE_BLOCKS, count_saved=True)
+    want_out, want_grads, plain, x_bytes = _run(plain_forward, NINE_BLOCKS, count_saved=True)
+    out, grads, saved, _ = answers.run(_run_answer, "checkpointed_forward", NINE_BLOCKS, count_saved=True)
+    _check_values(f"{NINE_BLOCKS.n_layer} blocks", out, grads, want_out, want_grads)  # not just fewer bytes
     # Exactly: each checkpointed block keeps its input, one (batch, ctx, n_embd) fp32 tensor, and nothing
     # else (cos and sin are buffers, not counted). Fewer bytes means fewer checkpoints than blocks.
     inputs = NINE_BLOCKS.n_layer * x_bytes
@@ -148,7 +154,9 @@ def test_sqrt_checkpointing_gives_the_same_gradients(answers):
 @pytest.mark.exercise("6.3", points=2)
 def test_sqrt_checkpointing_keeps_only_segment_inputs(answers):
     for cfg in (NINE_BLOCKS, TEN_BLOCKS):
-        *_, saved, x_bytes = answers.run(_run_answer, "sqrt_checkpointed_forward", cfg, count_saved=True)
+        want_out, want_grads, _, _ = _run(plain_forward, cfg)
+        out, grads, saved, x_bytes = answers.run(_run_answer, "sqrt_checkpointed_forward", cfg, count_saved=True)
+        _check_values(f"{cfg.n_layer} blocks", out, grads, want_out, want_grads)  # not just fewer bytes
         n_seg = round(math.sqrt(cfg.n_layer))
         # Exactly: each checkpointed segment keeps its input, one (batch, ctx, n_embd) fp32 tensor.
         assert saved == n_seg * x_bytes, (

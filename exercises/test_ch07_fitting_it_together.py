@@ -367,7 +367,7 @@ def _cases_7_2() -> list[Case]:
     gib, mib = 2**30, 2**20
     big = LinearPeak(3 * gib, {"none": 700 * mib, "selective": 260 * mib, "full": 90 * mib})
     returns = (
-        'Returns: a dict {"micro_batch": int, "accum": int, "checkpointing": the mode chosen (a str of modes), '
+        'Returns: a dict {"micro_batch": int, "accum": int, "checkpointing": the mode chosen (one of modes), '
         '"predicted_peak_bytes": predict_peak(micro_batch, that mode), "fits": bool}, with micro_batch * accum == '
         "effective_batch."
     )

@@ -75,7 +75,7 @@ def flat_shard_range(numel: int, rank: int, world: int) -> tuple[int, int, int]:
     """
     # BEGIN SOLUTION 8.2: shard_size = ceil(numel / world); clip both ends to numel; padding fills up to shard_size
     if world < 1:
-        raise ValueError(f"world must be at least 1 process, got {world}")
+        raise ValueError(f"the tensor is split over world >= 1 processes, got world={world}")
     if not 0 <= rank < world:
         raise ValueError(f"rank {rank} is not one of the {world} processes 0 .. {world - 1}")
     if numel < 0:

@@ -16,10 +16,9 @@ def quantize_blockwise(x: torch.Tensor, block: int, power: int = 1) -> tuple[tor
     Flatten x (fp32, row-major order) and cut it into blocks of `block` values (the last block may be shorter).
     Each block stores one fp32 scale, its largest |value| (absmax), and each value as the int8 code
         q = round(127 * sign(x) * (|x| / scale) ** (1 / power))
-    where round goes to the nearest integer and, like torch.round, a value exactly halfway between two
-    integers to the even one (63.5 -> 64, -63.5 -> -64). power 1 is a linear code; power 2 or 4 gives small
-    values finer steps (what a second moment needs). A block of zeros has scale 0 and codes 0 (no division
-    by zero).
+    where round is torch.round: to the nearest integer, and a value exactly halfway between two integers to
+    the even one (63.5 -> 64, -63.5 -> -64). power 1 is a linear code; power 2 or 4 gives small values finer
+    steps (what a second moment needs). A block of zeros has scale 0 and codes 0 (no division by zero).
 
     Returns: a tuple (codes, scales): codes an int8 tensor of x.numel() values (flat), scales an fp32 tensor
         of ceil(x.numel() / block) values, one per block.

@@ -35,6 +35,27 @@ MISTAKES = {
             ),
         ],
     ),
+    "5.1: summed losses backward, the gradients divided at the end (held ones too)": Mistake(
+        "5.1",
+        "accumulate_gradients",
+        "",
+        [
+            ("(summed / n_tokens).backward()", "summed.backward()"),
+            (
+                "    return total / n_tokens\n",
+                "    for p in model.parameters():\n"
+                "        if p.grad is not None:\n"
+                "            p.grad /= n_tokens\n"
+                "    return total / n_tokens\n",
+            ),
+        ],
+    ),
+    "5.1: retain_graph=True (each graph alive until the next forward is done)": Mistake(
+        "5.1",
+        "accumulate_gradients",
+        "",
+        ("(summed / n_tokens).backward()", "(summed / n_tokens).backward(retain_graph=True)"),
+    ),
     "5.1: an all-padding window divides by zero": Mistake(
         "5.1",
         "accumulate_gradients",
