@@ -95,8 +95,8 @@ def _fingerprint(value: object, digest: hashlib._Hash) -> None:
     if isinstance(value, torch.Tensor):
         t = value.detach().cpu().contiguous()
         digest.update(f"T{t.dtype}{tuple(t.shape)}".encode())
-        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-        _fingerprint(value.grad, digest)
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")  # 0-dim too
+        _fingerprint(_grad(value), digest)
     elif isinstance(value, torch.nn.Module):
         digest.update(f"M{type(value).__qualname__}".encode())
         _fingerprint(dict(value.state_dict()), digest)
@@ -140,10 +140,15 @@ def _walk(value: object, path: str):
             yield from _walk(item, f"{path}[{k!r}]")
 
 
+def _grad(t: torch.Tensor) -> torch.Tensor | None:
+    """A tensor's .grad; None for a non-leaf (reading theirs only makes torch warn: they keep none)."""
+    return t.grad if t.is_leaf else None
+
+
 def _snapshot(thing: object) -> object:
     """What a thing holds now, as plain data: a tensor's values and gradient, or a stateful object's state."""
     if isinstance(thing, torch.Tensor):
-        grad = thing.grad
+        grad = _grad(thing)
         return (thing.detach().clone(), None if grad is None else grad.detach().clone())
     return transfer.plain(copy.deepcopy(thing.state_dict()))
 
@@ -171,7 +176,7 @@ def _storages(value: object, path: str):
     """(path, storage address) of every tensor in value, and of each tensor's gradient."""
     for where, thing in _walk(value, path):
         if isinstance(thing, torch.Tensor):
-            for p, t in ((where, thing), (f"{where}.grad", thing.grad)):
+            for p, t in ((where, thing), (f"{where}.grad", _grad(thing))):
                 if t is not None and t.numel():
                     yield p, t.untyped_storage().data_ptr()
 

@@ -36,7 +36,8 @@ MISTAKES = {
         "",
         (
             "    if regime not in per_param:\n        raise ValueError",
-            '    if regime not in per_param:\n        regime = "fp32"\n    if regime not in per_param:\n        raise ValueError',
+            '    if regime not in per_param:\n        regime = "fp32"\n'
+            "    if regime not in per_param:\n        raise ValueError",
         ),
     ),
     "2.2: a negative n_params accepted": Mistake(
