@@ -109,6 +109,11 @@ def test_weights_stay_fp32_and_take_a_step(answers, small_cfg):
     )
 
 
+@pytest.mark.exercise("3.1", points=2)
+def test_3_1_keeps_its_contract(answers, contract):
+    contract.check(answers, CONTRACTS["3.1"]())
+
+
 def _overflowing_grad_scaler(monkeypatch):
     """Every GradScaler built with the default settings starts at 2**40 and backs off by 2**-30: the first fp16
     step overflows and is skipped, the next ones run at a scale of 1024, so a skipped_steps that is not read
@@ -329,6 +334,11 @@ def test_bf16_weights_lose_small_updates(answers):
     )
 
 
+@pytest.mark.exercise("3.3", points=2)
+def test_3_3_keeps_its_contract(answers, contract):
+    contract.check(answers, CONTRACTS["3.3"]())
+
+
 # ----------------------------------------------------------------------------------------------------------
 # The contracts: each exercise's whole docstring, on inputs the learner did not choose (minigpt.grading.contract)
 
@@ -446,7 +456,7 @@ def _cases_3_3() -> list[Case]:
         cases.append(Case("lost_update_fraction", (weights, update, dtype), promise=in_place, **fraction))
     cubes = torch.randn(2, 3, 5, generator=gen) * 0.5  # 3-D, and stored in bf16 already, asked in fp16
     cases.append(Case("lost_update_fraction", (cubes.to(torch.bfloat16), -1e-4, torch.float16), **fraction))
-    # a 0-dim tensor, made in the worker (a case's fingerprint cannot read the bytes of a 0-dim tensor)
+    # a 0-dim tensor, made in the worker by _zero_dim (a case's fingerprint could not read a 0-dim tensor's bytes)
     cases.append(Case("lost_update_fraction", (1.0, 2.0**-6, torch.bfloat16), drive=_zero_dim, **fraction))
     cases.append(Case("lost_update_fraction", (weights, 0.0, torch.bfloat16), **fraction))  # every one is lost
     cases.append(Case("lost_update_fraction", (weights, 1.0, torch.float16), **fraction))  # none is lost: 0.0
@@ -460,13 +470,3 @@ def _cases_3_3() -> list[Case]:
 
 
 CONTRACTS = {"3.1": _cases_3_1, "3.2": _cases_3_2, "3.3": _cases_3_3}
-
-
-@pytest.mark.exercise("3.1", points=2)
-def test_3_1_keeps_its_contract(answers, contract):
-    contract.check(answers, CONTRACTS["3.1"]())
-
-
-@pytest.mark.exercise("3.3", points=2)
-def test_3_3_keeps_its_contract(answers, contract):
-    contract.check(answers, CONTRACTS["3.3"]())

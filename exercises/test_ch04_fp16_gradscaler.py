@@ -122,6 +122,11 @@ def test_an_overflow_skips_the_step(answers, small_cfg):
     )
 
 
+@pytest.mark.exercise("4.1", points=2)
+def test_4_1_keeps_its_contract(answers, contract):
+    contract.check(answers, CONTRACTS["4.1"]())
+
+
 def _gradscaler_trace(found_infs, init_scale, **kwargs) -> list[tuple[float, int]]:
     """(scale, growth tracker) after each step of a real GradScaler, fed inf or finite gradients."""
     w = torch.nn.Parameter(torch.zeros(1))
@@ -159,6 +164,11 @@ def test_update_scale_matches_gradscaler(answers):
                 )
 
 
+@pytest.mark.exercise("4.2", points=2)
+def test_4_2_keeps_its_contract(answers, contract):
+    contract.check(answers, CONTRACTS["4.2"]())
+
+
 def _warmup(step: int) -> float:
     return (step + 1) / 10
 
@@ -194,6 +204,11 @@ def test_schedule_does_not_move_on_a_skipped_step(answers):
                 f"the step {what}: advance the schedule after a real step (scheduler.step())"
             )
     assert scaler.get_scale() == 1024.0, "call scaler.update() after each step: two backoffs and two growths"
+
+
+@pytest.mark.exercise("4.3", points=2)
+def test_4_3_keeps_its_contract(answers, contract):
+    contract.check(answers, CONTRACTS["4.3"]())
 
 
 def _overflow_watched(function, **kwargs):
@@ -296,6 +311,11 @@ def _check_overflow(seen: dict) -> None:
         "the second step's backward added to the first step's gradients: zero the gradients after each step "
         "(optimizer.zero_grad())"
     )
+
+
+@pytest.mark.exercise("4.4", points=1)
+def test_4_4_keeps_its_contract(answers, contract):
+    contract.check(answers, CONTRACTS["4.4"]()[1:])  # the experiment itself: test_overflow_experiment_shows_...
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -596,23 +616,3 @@ def _cases_4_4() -> list[Case]:
 
 
 CONTRACTS = {"4.1": _cases_4_1, "4.2": _cases_4_2, "4.3": _cases_4_3, "4.4": _cases_4_4}
-
-
-@pytest.mark.exercise("4.1", points=2)
-def test_4_1_keeps_its_contract(answers, contract):
-    contract.check(answers, CONTRACTS["4.1"]())
-
-
-@pytest.mark.exercise("4.2", points=2)
-def test_4_2_keeps_its_contract(answers, contract):
-    contract.check(answers, CONTRACTS["4.2"]())
-
-
-@pytest.mark.exercise("4.3", points=2)
-def test_4_3_keeps_its_contract(answers, contract):
-    contract.check(answers, CONTRACTS["4.3"]())
-
-
-@pytest.mark.exercise("4.4", points=1)
-def test_4_4_keeps_its_contract(answers, contract):
-    contract.check(answers, CONTRACTS["4.4"]()[1:])  # the experiment itself: test_overflow_experiment_shows_...

@@ -341,7 +341,7 @@ FORWARD_IN_PLACE = (
 def _cases_6_1() -> list[Case]:
     three = ModelConfig(n_layer=3, n_head=2, n_embd=8, ctx=6, vocab_size=16)
     odd = ModelConfig(n_layer=3, n_head=3, n_embd=12, ctx=5, vocab_size=16)
-    dropout = ModelConfig(n_layer=3, n_head=2, n_embd=8, ctx=8, vocab_size=16, dropout=0.25)
+    dropout = ModelConfig(n_layer=2, n_head=2, n_embd=8, ctx=8, vocab_size=16, dropout=0.25)
     one = ModelConfig(n_layer=1, n_head=4, n_embd=8, ctx=5, vocab_size=16)
     return [
         # The forward alone: its value, and that it changes nothing.
@@ -407,13 +407,12 @@ def _cases_6_2() -> list[Case]:
 
 
 def _cases_6_3() -> list[Case]:
-    dropout = ModelConfig(n_layer=5, n_head=2, n_embd=8, ctx=6, vocab_size=16, dropout=0.25)
-    # Few blocks, each in its own shape: 1 block makes one segment, 3 and 5 two (1 + 2, 2 + 3), 7 three; no input
-    # grad at 7.
-    small = [
-        _stack(ModelConfig(n_layer=n, n_head=h, n_embd=c, ctx=t, vocab_size=16), 2, seed=n, input_grad=n != 7)
-        for n, h, c, t in ((1, 2, 8, 5), (3, 2, 12, 4), (5, 4, 8, 3), (7, 1, 4, 3))
-    ]
+    # Few blocks: 2 make one segment (ceil(sqrt(2)) would make 2), 3 make two of 1 and 2 (floor(sqrt(3)) would make
+    # one), here with an input that does not require grad; 5 make two of 2 and 3, here with dropout.
+    two = ModelConfig(n_layer=2, n_head=1, n_embd=8, ctx=6, vocab_size=16)
+    three = ModelConfig(n_layer=3, n_head=2, n_embd=12, ctx=4, vocab_size=16)
+    dropout = ModelConfig(n_layer=5, n_head=4, n_embd=8, ctx=5, vocab_size=16, dropout=0.25)
+    small = [_stack(two, 2, seed=2), _stack(three, 3, seed=3, input_grad=False), _stack(dropout, 2, seed=5)]
     _, x, cos, sin = _stack(ModelConfig(n_layer=1, n_head=2, n_embd=8, ctx=4, vocab_size=16), 1)
     return [
         # The forward alone: its value, and that it changes nothing.
@@ -426,7 +425,7 @@ def _cases_6_3() -> list[Case]:
         ),
         # Forward and backward: the gradients, the 3 segment inputs kept, one segment recomputed at a time.
         Case("sqrt_checkpointed_forward", _stack(EIGHT, 4, seed=1), **VALUES, peak=BLOCK_PEAK, drive=_forward_backward),
-        Case("sqrt_checkpointed_forward", (*small, _stack(dropout, 2, seed=3)), **VALUES, drive=_forward_backward_each),
+        Case("sqrt_checkpointed_forward", tuple(small), **VALUES, drive=_forward_backward_each),
         Case(
             "sqrt_checkpointed_forward",
             (torch.nn.ModuleList(), x, cos, sin),

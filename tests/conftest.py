@@ -65,24 +65,28 @@ def wrong_answer_runs(grader_limiter, tmp_path_factory):
     from grading_runs import GraderRun, answers_with, rounds
     from wrong_answers import SETS
 
-    queued: dict[str, dict] = {}
-    for set_name, mistakes in SETS.items():
-        queued[set_name] = {}
-        for i, group in enumerate(rounds(mistakes)):
-            tmp = tmp_path_factory.mktemp(f"wrong-{set_name}-{i}")
-            folder = answers_with(tmp / "answers", group)
-            exercises = " or ".join(sorted({m.exercise for m in group.values()}))
-            files = tuple(sorted({f"exercises/test_{m.module}.py" for m in group.values()}))
-            runs = {}
-            for mode in ("live", "stored"):
-                args = (
-                    "--answers-dir",
-                    str(folder),
-                    "-k",
-                    exercises,
-                    "--expected",
-                    "reference" if mode == "live" else mode,
-                )
-                runs[mode] = GraderRun(grader_limiter, tmp / mode, *args, files=files)
-            queued[set_name].update({name: runs for name in group})
+    # One set of rounds for every set together: a round holds at most one wrong answer per function, so the
+    # rounds number the most wrong answers any one function has, whatever the number of sets.
+    every = {(set_name, name): m for set_name, mistakes in SETS.items() for name, m in mistakes.items()}
+    labels = {f"{set_name}: {name}": key for key, (set_name, name) in zip(every, every)}
+    queued: dict[str, dict] = {set_name: {} for set_name in SETS}
+    for i, group in enumerate(rounds({label: every[key] for label, key in labels.items()})):
+        tmp = tmp_path_factory.mktemp(f"wrong-{i}")
+        folder = answers_with(tmp / "answers", group)
+        exercises = " or ".join(sorted({m.exercise for m in group.values()}))
+        files = tuple(sorted({f"exercises/test_{m.module}.py" for m in group.values()}))
+        runs = {}
+        for mode in ("live", "stored"):
+            args = (
+                "--answers-dir",
+                str(folder),
+                "-k",
+                exercises,
+                "--expected",
+                "reference" if mode == "live" else mode,
+            )
+            runs[mode] = GraderRun(grader_limiter, tmp / mode, *args, files=files)
+        for label in group:
+            set_name, name = labels[label]
+            queued[set_name][name] = runs
     return queued
