@@ -153,7 +153,7 @@ def broken_checkpoint(kind: str):
         ("corpus names a folder", 2, "is a folder; pass a UTF-8 text file"),
         ("corpus missing", 2, "corpus file not found"),
         ("unreadable run folder", 1, "cannot read and write the run folder"),
-        ("full disk", 1, "(No space left on device); the step-3 checkpoint is left as it was"),
+        ("full disk", 1, "is full: checkpoint.pt needs about"),
         ("diverged", 1, "training diverged: the loss is nan at step 4"),
         ("offline gpt2", 1, "could not download the gpt2 vocabulary (could not reach"),
         ("second run on a busy folder", 1, "is in use by another run (pid"),
