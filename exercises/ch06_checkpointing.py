@@ -30,8 +30,8 @@ def checkpointed_forward(blocks: nn.ModuleList, x: torch.Tensor, cos: torch.Tens
     same random masks as the forward did, or the gradients are of another network.
 
     Returns: a tensor, the last block's output: the same values as running the blocks one after another,
-        attached to the graph so that backward reaches every block's weights and x (also when x does not
-        require grad).
+        attached to the graph so that backward reaches every block's weights (also when x does not require
+        grad) and x (when it does).
     In place: nothing (the backward run later fills the blocks' gradients, as it would without checkpointing).
     Raises: nothing of its own.
     """
@@ -71,8 +71,8 @@ def sqrt_checkpointed_forward(
     use_reentrant=False.
 
     Returns: a tensor, the last block's output: the same values as running the blocks one after another,
-        attached to the graph so that backward reaches every block's weights and x (also when x does not
-        require grad).
+        attached to the graph so that backward reaches every block's weights (also when x does not require
+        grad) and x (when it does).
     In place: nothing (the backward run later fills the blocks' gradients, as it would without checkpointing).
     Raises: ValueError if blocks is empty (sqrt_segments(0) raises it).
     """

@@ -331,7 +331,8 @@ def _each_call(function, calls):
 
 FORWARD_RETURNS = (
     "Returns: a tensor, the last block's output: the same values as running the blocks one after another, attached "
-    "to the graph so that backward reaches every block's weights and x (also when x does not require grad)."
+    "to the graph so that backward reaches every block's weights (also when x does not require grad) and x (when it "
+    "does)."
 )
 FORWARD_IN_PLACE = (
     "In place: nothing (the backward run later fills the blocks' gradients, as it would without checkpointing)."

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import fnmatch
 import hashlib
 import io
 import math
 import pickle
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +43,7 @@ class Case:
     kwargs     keyword arguments: give every argument a value that is not its default somewhere
     rtol, atol how far a float or a float tensor may be from the reference's: |got - want| <= atol + rtol * |want|
                (0, 0: exactly; say in the test why a tolerance is what it is)
-    ignore     result paths compared by type only, not value (fnmatch patterns such as "*['seconds']"): timings
+    ignore     result paths compared by type only, not value (patterns where only * is special: "*['seconds']")
     peak       (low, high): the call's peak bytes must be within low x and high x the reference's (memory
                exercises only; None: not measured)
     drive      a module-level function of the test file, drive(function, *args, **kwargs) -> result, that calls
@@ -328,9 +328,15 @@ def _value_text(value: object) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
+def _matches(path: str, pattern: str) -> bool:
+    """Whether a result path such as result['fp32']['seconds'] matches a pattern in which only * is special (so
+    "*['seconds']" means what it says: fnmatch would read the brackets as a set of characters)."""
+    return re.fullmatch(".*".join(re.escape(part) for part in pattern.split("*")), path) is not None
+
+
 def _differs(got: object, want: object, path: str, case: Case) -> str | None:
     """Where got differs from want ("<path>: <what>"), or None."""
-    ignored = any(fnmatch.fnmatchcase(path, pattern) for pattern in case.ignore)
+    ignored = any(_matches(path, pattern) for pattern in case.ignore)
     if isinstance(want, tuple) and len(want) == 2 and path.startswith("args") and isinstance(want[0], torch.Tensor):
         # an argument's (values, gradient) after the call
         got_pair = got if isinstance(got, tuple) else (got, None)
