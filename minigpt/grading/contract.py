@@ -43,7 +43,7 @@ class Case:
     kwargs     keyword arguments: give every argument a value that is not its default somewhere
     rtol, atol how far a float or a float tensor may be from the reference's: |got - want| <= atol + rtol * |want|
                (0, 0: exactly; say in the test why a tolerance is what it is)
-    ignore     result paths compared by type only, not value (patterns where only * is special: "*['seconds']")
+    ignore     result paths compared by type only, not value (patterns where only * and ? are special: "*['seconds']")
     peak       (low, high): the call's peak bytes must be within low x and high x the reference's (memory
                exercises only; None: not measured)
     drive      a module-level function of the test file, drive(function, *args, **kwargs) -> result, that calls
@@ -329,9 +329,10 @@ def _value_text(value: object) -> str:
 
 
 def _matches(path: str, pattern: str) -> bool:
-    """Whether a result path such as result['fp32']['seconds'] matches a pattern in which only * is special (so
-    "*['seconds']" means what it says: fnmatch would read the brackets as a set of characters)."""
-    return re.fullmatch(".*".join(re.escape(part) for part in pattern.split("*")), path) is not None
+    """Whether a result path such as result['fp32']['seconds'] matches a pattern in which only * (any text) and ?
+    (one character) are special: "*['seconds']" means what it says (fnmatch would read [...] as a set)."""
+    regex = "".join(".*" if ch == "*" else "." if ch == "?" else re.escape(ch) for ch in pattern)
+    return re.fullmatch(regex, path) is not None
 
 
 def _differs(got: object, want: object, path: str, case: Case) -> str | None:
