@@ -15,6 +15,7 @@ after any change to that code it runs the reference.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -111,11 +112,14 @@ class Contract:
         for case in cases:
             self.run(answers, case)
 
-    def run(self, answers: Answers, case: Case) -> object:
+    def run(self, answers: Answers, case: Case, check: Callable[[object], None] | None = None) -> object:
         """Check one case and return what the answer returned: a test that checks more of that value (a property
-        of an experiment's result) calls the answer once, not once for the contract and once for itself."""
-        want = self.reference.outcome(self.exercise, self.chapter, self.tests, case)
+        of an experiment's result) calls the answer once, not once for the contract and once for itself.
+        check(result), if given, runs first: its messages say what to fix, the comparison covers the rest."""
         got = answers.run(observe, fresh(case))
+        if check is not None and got["raised"] is None:
+            check(got["result"])
+        want = self.reference.outcome(self.exercise, self.chapter, self.tests, case)
         problem = compare(got, want, case)
         if problem:
             raise AssertionError(f"{case.call_text()} {problem}")
