@@ -18,6 +18,10 @@ from typing import BinaryIO
 class DiskFull(OSError):
     """The disk filled up while a file was written: which disk, how much the file needs, how much is free."""
 
+    def __init__(self, facts: str, advice: str) -> None:
+        super().__init__(errno.ENOSPC, f"{facts}; {advice}")
+        self.facts = facts  # without the advice, for a caller that gives its own
+
 
 def write_atomically(path: str | Path, write: Callable[[BinaryIO], object], size_hint: int | None = None) -> Path:
     """Call `write(f)` on a temp file next to `path`, flush it to disk, then rename it over `path`.
@@ -55,9 +59,8 @@ def _disk_full(path: Path, written: int, size_hint: int | None) -> DiskFull:
     free = shutil.disk_usage(path.parent).free
     need = f"about {_mib(size_hint)}" if size_hint else f"more than the {_mib(written)} written before it filled"
     return DiskFull(
-        errno.ENOSPC,
-        f"the disk holding {path.parent} is full: {path.name} needs {need}, and {_mib(free)} are free there "
-        f"(the previous {path.name}, if any, is untouched); free some space or write to another disk",
+        f"the disk holding {path.parent} is full: {path.name} needs {need}, and {_mib(free)} are free there",
+        f"the previous {path.name}, if any, is untouched; free some space or write to another disk",
     )
 
 

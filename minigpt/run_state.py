@@ -382,7 +382,8 @@ class RunFolder:
         except OSError as err:
             kept = "no earlier checkpoint" if self.saved_step is None else f"the step-{self.saved_step} checkpoint"
             raise CheckpointError(
-                f"could not save {self.checkpoint} at step {snapshot['step']} ({err.strerror or err}); "
+                f"could not save {self.checkpoint} at step {snapshot['step']} "
+                f"({getattr(err, 'facts', None) or err.strerror or err}); "
                 f"{kept} is left as it was. Free some space (or fix the folder), then resume with --resume"
             ) from None
         self.saved_step = snapshot["step"]
