@@ -178,7 +178,8 @@ def test_full_disk_while_saving_keeps_the_old_checkpoint(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch, "save", disk_full)
     result.history.append({"step": 2})
-    with pytest.raises(CheckpointError, match=r"could not save .* at step 2 \(the disk holding .* is full: .*\); the step-1"):
+    full = r"could not save .* at step 2 \(the disk holding .* is full: .*\); the step-1"
+    with pytest.raises(CheckpointError, match=full):
         run.save(checkpoint_snapshot(cfg, state, result, data_gen))
     monkeypatch.undo()
     assert run.checkpoint.read_bytes() == before  # the old checkpoint, byte for byte
