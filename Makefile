@@ -8,7 +8,7 @@ TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lab lint format badges bench slides chromium chapters grade classroom-template clean
+.PHONY: setup demo test lab lint format badges bench slides chromium chapters grade classroom-template gpu-check clean
 
 setup: $(STAMP)
 
@@ -91,9 +91,16 @@ classroom-template:
 	@test -n "$(OUT)" || (echo "usage: make classroom-template OUT=dir" && exit 2)
 	$(PYTHON) scripts/classroom_template.py $(OUT)
 
+# Every CUDA-only path on the GPU found here, predicted against measured, each check in its own process with
+# its own time limit (under 10 min on one H100-class GPU): report.md and report.json in OUT (default
+# gpu_check_out/). Without a GPU it says so in one line and exits 0. CHAPTERS=1 adds chapters 03, 04, 09 and
+# 10 at SCALE = "full" (minutes more). Exit 1 when a check failed.
+gpu-check: setup
+	$(PY) scripts/gpu_check.py --out $(or $(OUT),gpu_check_out) $(if $(CHAPTERS),--chapters)
+
 # Point every notebook's Colab badge and setup cell at another GitHub repo: make badges REPO=owner/name
 badges: setup
 	$(PY) scripts/badges.py $(if $(REPO),--repo $(REPO))
 
 clean:
-	rm -rf $(VENV) .pytest_cache demo_out slides
+	rm -rf $(VENV) .pytest_cache demo_out slides gpu_check_out

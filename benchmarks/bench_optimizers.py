@@ -7,9 +7,10 @@ For 10m (batch 8 x 256) and 125m (batch 8 x 1024), each lever alone and both: th
 (the end of backward, the optimizer step), and the step time against the baseline's (train_step, the
 configurations taking turns step by step on the same batch, in a rotating order; the ratio is the median over
 turns of a configuration's time over the baseline's in the same turn). Then the 8-bit optimizer step alone
-against fused AdamW's, on the same gradients. Where torchao is installed (it is optional, never needed by
-the tests), torchao.optim.AdamW8bit is the reference: its state bytes, the loss after the same steps, its
-step time.
+against fused AdamW's, on the same real gradients: eager, and compiled into one pass per chunk (its compile
+time, paid at the first step, reported apart and never timed as a step). Where torchao is installed (pip
+install -e '.[bench]'; the tests never need it), torchao.optim.AdamW8bit is the reference: its state bytes,
+the loss after the same steps, its step time.
 
     python -m benchmarks.bench_optimizers [--quick] [--device cpu]
 """
@@ -36,10 +37,11 @@ from benchmarks.benchlib import (
     token_data,
 )
 from minigpt.data import TokenData
+from minigpt.device import check_compile
 from minigpt.memory import estimate, measure
 from minigpt.model import get_config
 from minigpt.optim.adamw8bit import AdamW8bit
-from minigpt.step import build_step_state, train_step
+from minigpt.step import build_step_state, forward_backward, train_step
 from minigpt.train import TrainConfig
 
 CONFIGS = {
@@ -52,7 +54,7 @@ PRECISION, CHECKPOINTING = "bf16", "full"
 PEAK_125M_8BIT = 2060 * MIB  # issue 25: 8-bit AdamW takes 125m's predicted peak from 2,721 MiB to at most this
 MEASURED_WITHIN = 0.02  # ... measured within 2% of the prediction
 MAX_IN_BACKWARD_TIME = 1.05  # the step in backward: at most 1.05x the baseline's step time
-MAX_8BIT_STEP = 2.0  # the 8-bit optimizer step: at most 2x fused AdamW's, on the CPU
+MAX_8BIT_STEP = 1.5  # the 8-bit optimizer step (compiled where torch.compile works): at most 1.5x fused AdamW's
 SIZES = {
     False: dict(
         models=[dict(preset="10m", batch=8, ctx=256, warmup=2, steps=10), dict(preset="125m", batch=8, ctx=1024)],
@@ -122,32 +124,51 @@ def memory_rows(model: dict, device: torch.device) -> dict[str, dict]:
     }
 
 
-def optimizer_step_times(preset: str, rounds: int, device: torch.device) -> tuple[dict, dict]:
-    """Seconds of optimizer.step() alone on a model's parameters: fused AdamW and AdamW8bit (and torchao's),
-    taking turns on the same gradients (the first round, which makes the state, untimed); and their state bytes."""
+def can_compile(device: torch.device) -> bool:
+    """Whether torch.compile can work here (minigpt.device.check_compile: a C++ compiler on a CPU, not an Apple GPU)."""
+    try:
+        check_compile(device)
+    except ValueError:
+        return False
+    return True
+
+
+def real_gradients(preset: str, data: TokenData, device: torch.device) -> tuple[list, list]:
+    """A model's parameters and the gradients of one fp32 batch (8 x 128) of the training data."""
     cfg = TrainConfig(preset=preset, device=str(device))
-    params = list(build_step_state(get_config(preset), cfg, device).model.parameters())
-    gen = torch.Generator().manual_seed(0)
-    grads = [torch.randn(p.shape, generator=gen).to(device) * 1e-3 for p in params]
+    model = build_step_state(get_config(preset), cfg, device).model
+    ctx = min(128, model.cfg.ctx)
+    x, y = data.get_batch("train", 8, ctx, torch.Generator().manual_seed(0))
+    forward_backward(model, [(x.to(device), y.to(device))], device, "fp32")
+    params = list(model.parameters())
+    return [p.detach() for p in params], [p.grad for p in params]
+
+
+def optimizer_step_times(preset: str, rounds: int, device: torch.device, data: TokenData) -> tuple[dict, dict, dict]:
+    """Seconds of optimizer.step() alone on a model's parameters: fused AdamW and AdamW8bit, eager and compiled
+    (and torchao's), taking turns on the same real gradients; their state bytes; and the seconds of each one's
+    first step, which makes the state and compiles (untimed as a step: the compile time is its own column)."""
+    params, grads = real_gradients(preset, data, device)
+    makers = [("fused AdamW", lambda ps: torch.optim.AdamW(ps, fused=True)), ("AdamW8bit", lambda ps: AdamW8bit(ps))]
+    if can_compile(device):
+        makers.append(("AdamW8bit compiled", lambda ps: AdamW8bit(ps, compile=True)))
     optimizers = {}
-    for name, make in (
-        ("fused AdamW", lambda ps: torch.optim.AdamW(ps, fused=True)),
-        ("AdamW8bit", lambda ps: AdamW8bit(ps)),
-        *reference_optimizer(),
-    ):
-        copies = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    for name, make in (*makers, *reference_optimizer()):
+        copies = [torch.nn.Parameter(p.clone()) for p in params]
         for c, g in zip(copies, grads):
             c.grad = g
         optimizers[name] = make(copies)
-    times = {name: [] for name in optimizers}
+    times, first = {name: [] for name in optimizers}, {}
     for turn in range(rounds + 1):
         for name, opt in optimizers.items():
             start = clock(device)
             opt.step()
             if turn:
                 times[name].append(clock(device) - start)
+            else:
+                first[name] = clock(device) - start
     states = {name: state_bytes(opt) for name, opt in optimizers.items()}
-    return times, states
+    return times, states, first
 
 
 def state_bytes(optimizer: torch.optim.Optimizer) -> int:
@@ -275,23 +296,30 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
             )
 
     print("the optimizer step alone", flush=True)
-    step_times, states = optimizer_step_times(size["reference_preset"], size["optimizer_rounds"], device)
+    step_times, states, first = optimizer_step_times(size["reference_preset"], size["optimizer_rounds"], device, data)
     fused = median_spread(step_times["fused AdamW"])[0]
     step_rows = [
-        [name, f"{median_spread(ts)[0] * 1000:.1f}", f"{median_spread(ts)[0] / fused:.2f}", f"{states[name] / MIB:.1f}"]
+        [
+            name,
+            f"{median_spread(ts)[0] * 1000:.1f}",
+            f"{median_spread(ts)[0] / fused:.2f}",
+            f"{states[name] / MIB:.1f}",
+            f"{first[name]:.1f}",
+        ]
         for name, ts in step_times.items()
     ]
-    eight_ratio = median_spread(step_times["AdamW8bit"])[0] / fused
+    judged = "AdamW8bit compiled" if "AdamW8bit compiled" in step_times else "AdamW8bit"
+    eight_ratio = median_spread(step_times[judged])[0] / fused
     checks.append(
         Check(
-            f"AdamW8bit's step <= {MAX_8BIT_STEP}x fused AdamW's ({device.type})",
+            f"{judged}'s step <= {MAX_8BIT_STEP}x fused AdamW's ({device.type})",
             f"{eight_ratio:.2f}x",
             eight_ratio <= MAX_8BIT_STEP,
         )
     )
     reference = reference_losses(size["reference_steps"], size["reference_preset"], data, device)
     note = (
-        "torchao is not installed (pip install torchao): the reference rows are left out."
+        "torchao is not installed (pip install -e '.[bench]'): the reference rows are left out."
         if "torchao AdamW8bit" not in states
         else "torchao.optim.AdamW8bit is the reference."
     )
@@ -314,9 +342,10 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
                     "time ratio (spread)",
                 ],
             ),
-            f"The optimizer step alone, {size['reference_preset']}'s parameters (fp32), the same gradients; state: "
-            "every tensor the optimizer keeps.",
-            table(step_rows, ["optimizer", "ms/step", "x fused AdamW", "state MiB"]),
+            f"The optimizer step alone, {size['reference_preset']}'s parameters (fp32), the same real gradients (one "
+            "batch); state: every tensor the optimizer keeps; first step: the untimed one that makes the state "
+            "and, for the compiled ones, compiles.",
+            table(step_rows, ["optimizer", "ms/step", "x fused AdamW", "state MiB", "first step s"]),
             f"Train loss after {size['reference_steps']} steps of the same batches: "
             + ", ".join(f"{k} {v:.4f}" for k, v in reference.items())
             + ". "

@@ -57,10 +57,12 @@ def parse_budget(text: str) -> tuple[int, str]:
 
 
 def available_bytes(device: torch.device) -> int:
-    """Free memory of the device now: MemAvailable of /proc/meminfo on a CPU, cudaMemGetInfo's free on CUDA."""
+    """Free memory of the device now: MemAvailable of /proc/meminfo on a CPU; on CUDA, cudaMemGetInfo's free
+    plus what PyTorch's caching allocator holds unused (cached blocks are not free to the GPU, but are to us)."""
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
-        return int(free)
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return int(free + cached)
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             fields = dict(line.split(":", 1) for line in f)

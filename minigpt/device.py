@@ -11,6 +11,7 @@ import importlib.metadata
 import inspect
 import os
 import platform
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -337,3 +338,14 @@ def doctor_rows() -> list[tuple[str, str]]:
     if old:
         rows.append(("torch too old", old))
     return rows
+
+
+def check_compile(device: torch.device) -> None:
+    """Raise ValueError where torch.compile cannot work: no C++ compiler for CPU kernels, or an Apple GPU."""
+    if device.type == "mps":
+        raise ValueError("--compile: torch.compile for Apple GPUs (mps) is a prototype in PyTorch; train without it")
+    if device.type == "cpu" and not any(shutil.which(c) for c in ("g++", "c++", "clang++", "cl")):
+        raise ValueError(
+            "--compile on the CPU needs a C++ compiler on the PATH (g++ or clang++; on Windows, MSVC's cl): "
+            "install one, or train without --compile"
+        )

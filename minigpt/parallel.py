@@ -54,6 +54,11 @@ def teardown() -> None:
 
 def local_device(requested: str) -> str:
     """The device of this process: its own GPU (LOCAL_RANK) when on CUDA, else what was asked."""
+    if requested.startswith("cuda:") and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ValueError(
+            f"--device {requested} under torchrun would put every process on that one GPU; "
+            "use --device cuda (each process takes the GPU of its LOCAL_RANK)"
+        )
     if torch.cuda.is_available() and requested in ("auto", "cuda"):
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local_rank)

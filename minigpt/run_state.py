@@ -134,8 +134,8 @@ def rng_state(data_gen: torch.Generator) -> dict:
 def set_rng_state(state: dict, data_gen: torch.Generator) -> None:
     """Put back what rng_state() recorded."""
     torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if state["cuda"] and torch.cuda.is_available():  # a run saved on more GPUs than here: the GPUs here
+        torch.cuda.set_rng_state_all(state["cuda"][: torch.cuda.device_count()])
     name, keys, *rest = state["numpy"]
     np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
     random.setstate((3, tuple(state["python"]), None))

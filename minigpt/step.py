@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,17 +31,6 @@ from minigpt.offload import saving as offload_saving
 from minigpt.optim import MasterWeights, make_optimizer
 from minigpt.optim.in_backward import StepInBackward
 from minigpt.precision import autocast_context
-
-
-def check_compile(device: torch.device) -> None:
-    """Raise ValueError where torch.compile cannot work: no C++ compiler for CPU kernels, or an Apple GPU."""
-    if device.type == "mps":
-        raise ValueError("--compile: torch.compile for Apple GPUs (mps) is a prototype in PyTorch; train without it")
-    if device.type == "cpu" and not any(shutil.which(c) for c in ("g++", "c++", "clang++", "cl")):
-        raise ValueError(
-            "--compile on the CPU needs a C++ compiler on the PATH (g++ or clang++; on Windows, MSVC's cl): "
-            "install one, or train without --compile"
-        )
 
 
 def forward_backward(

@@ -26,7 +26,7 @@ import torch
 from minigpt import parallel
 from minigpt.config import TrainConfig, lr_at  # noqa: F401 - lr_at re-exported for the chapters
 from minigpt.data import TokenData, load_tokens
-from minigpt.device import pick_device
+from minigpt.device import check_compile, pick_device
 from minigpt.finetune import base_entry, check_base, check_source, load_source
 from minigpt.heap import tame_heap
 from minigpt.lora import describe_trainable
@@ -39,7 +39,6 @@ from minigpt.step import (  # noqa: F401 - forward_backward, optimizer_step: re-
     DifferentModel,
     StepState,
     build_step_state,
-    check_compile,
     follow_schedule,
     forward_backward,
     gather_checkpoint,

@@ -42,6 +42,18 @@ def test_auto_budget_keeps_the_stated_headroom_of_what_is_free():
     assert f"{AUTO_HEADROOM:.0%} headroom" in how
 
 
+def test_auto_budget_on_cuda_counts_the_allocators_cached_blocks_as_free(monkeypatch):
+    """cudaMemGetInfo's free leaves out what PyTorch's allocator reserved and no tensor uses: this process can
+    reuse it, so --budget auto in a notebook that trained before still sees it (checked here without a GPU)."""
+    gib = 2**30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (10 * gib, 80 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 6 * gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 2 * gib)
+    assert available_bytes(torch.device("cuda")) == 14 * gib  # 10 free on the GPU + 4 cached and unused
+    budget, how = auto_budget(torch.device("cuda"))
+    assert budget == int(14 * gib * (1 - AUTO_HEADROOM)) and "free GPU memory" in how
+
+
 def test_peak_rss_of_a_child_sees_what_it_allocates():
     # a 200 MiB tensor, touched so its pages are resident, must show in the child's peak RSS
     base = rss_bytes_of("import torch")

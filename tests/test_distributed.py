@@ -143,3 +143,14 @@ def test_measured_fsdp_peak_per_process_is_the_prediction(precision):
     predicted = memory.sharded_estimate(est, cfg, precision, "fsdp", 2, checkpointing="none").peak
     measured = max(r["peak"] for r in ranks)
     assert abs(measured / predicted - 1) < SHARDED_PEAK_TOLERANCE, (measured, predicted)
+
+
+def test_one_named_gpu_under_torchrun_is_refused(monkeypatch):
+    """--device cuda:1 with several processes would stack them all on one GPU: said before anything starts."""
+    from minigpt.parallel import local_device
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="every process on that one GPU; use --device cuda"):
+        local_device("cuda:1")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert local_device("cpu") == "cpu"

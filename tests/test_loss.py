@@ -6,6 +6,7 @@ import torch
 from minigpt import memory, step
 from minigpt.cli import main
 from minigpt.config import TrainConfig
+from minigpt.device import check_compile
 from minigpt.loss import IGNORE_INDEX, check_loss_chunks, chunked_cross_entropy, cross_entropy_fp32
 from minigpt.model import GPT, get_config
 from minigpt.recompute import CHECKPOINTING_MODES
@@ -183,7 +184,7 @@ def test_chunks_and_offloading_work_under_compile(batch):
     """torch.compile traces the chunked loss's autograd.Function and runs under the offloading hooks."""
     cfg, x, y = batch
     try:
-        step.check_compile(torch.device("cpu"))
+        check_compile(torch.device("cpu"))
     except ValueError as err:
         pytest.skip(str(err))
     grads = {}

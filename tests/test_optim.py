@@ -9,6 +9,7 @@ import torch
 
 from minigpt.cli import main
 from minigpt.config import TrainConfig
+from minigpt.device import check_compile
 from minigpt.model import get_config
 from minigpt.optim.adamw8bit import (
     BLOCK,
@@ -360,3 +361,121 @@ def test_minigpt_memory_shows_each_lever_as_the_term_it_changes(capsys):
     assert "--optimizer adamw8bit: optimizer 4.8 -> 1.2 MiB predicted" in out
     assert "--optimizer-in-backward: gradients 2.4 -> 2.0 MiB predicted" in out
     assert "adamw8bit in backward" in out and "adamw8bit" not in plain
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The compiled step: one fused pass per chunk (AdamW8bit(compile=True), --compile)
+
+# fp32 with a partial last block (3 whole blocks compiled, 232 values eager), bf16 (its update in fp32, the
+# parameter rounded to bf16), and one under min_quantized (fp32 moments, always eager)
+COMPILED_SHAPES = [((10, 100), torch.float32), ((3, BLOCK), torch.bfloat16), ((50,), torch.float32)]
+COMPILED_SETTINGS = dict(lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1, min_quantized=100, chunk=4 * BLOCK)
+
+
+@pytest.fixture(scope="module")
+def compiled_pair():
+    """An eager and a compiled AdamW8bit over twin parameters, each stepped once (the compiled one's first
+    step compiles: one graph per parameter dtype, shared by every test here)."""
+    try:
+        check_compile(CPU)
+    except ValueError as e:
+        pytest.skip(str(e))
+    gen = torch.Generator().manual_seed(0)
+    start = [torch.randn(shape, generator=gen).to(dtype) for shape, dtype in COMPILED_SHAPES]
+    eager = [torch.nn.Parameter(t.clone()) for t in start]
+    fused = [torch.nn.Parameter(t.clone()) for t in start]
+    pair = AdamW8bit(eager, **COMPILED_SETTINGS), AdamW8bit(fused, compile=True, **COMPILED_SETTINGS)
+    for opt, params in zip(pair, (eager, fused)):
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=torch.Generator().manual_seed(1)).to(p.dtype)
+        opt.step()
+    return pair, gen
+
+
+def eager_moments(opt: AdamW8bit, p: torch.Tensor, grad: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The fp32 m and v of the eager path's next step (the values its codes round), from opt's current state."""
+    state, group = opt.state[p], opt.param_groups[0]
+    m = dequantize(state["exp_avg_codes"], state["exp_avg_scales"], M_CODE)
+    v = dequantize(state["exp_avg_sq_codes"], state["exp_avg_sq_scales"], V_CODE)
+    hyper = dict(lr=group["lr"], betas=group["betas"], eps=group["eps"], weight_decay=group["weight_decay"])
+    adamw_update_(p.detach().reshape(-1).float().clone(), grad.reshape(-1).float(), m, v, state["step"] + 1, **hyper)
+    return {"exp_avg_codes": m, "exp_avg_sq_codes": v}
+
+
+def test_the_compiled_step_gives_the_eager_steps_codes_scales_and_weights(compiled_pair):
+    """Five steps, each from the same state (one path's state_dict loaded into the other, alternately: the two
+    are interchangeable) on the same gradients.
+
+    The tolerance. Both paths compute the same formulas in fp32 but round differently: eager's lerp and
+    addcmul are fused multiply-adds (inductor's CPU code has none), the compiled pass multiplies by
+    1/sqrt(bias correction) where eager divides and takes v's code from sqrt(v), and eager's vectorized sqrt
+    is off by up to 0.75 ulp where inductor's is exact. That is at most about 8 roundings, 8 * 2**-24 = 2**-21
+    relative, on m, v, the update u and the scales. So: an fp32 weight within 2 ulps (its own last rounding,
+    plus u's error, u being far smaller than the weight) + 2**-21 |u|; a bf16 weight within one bf16 ulp (the
+    fp32 results differ by ulps, so the bf16 rounding flips only at a tie); a scale within 2**-20 relative; a
+    code = round(levels * (|x| / scale) ** (1/k)) whose argument, at most 255, moves by 255 * 2**-21 = 1.2e-4,
+    so codes differ by at most 1 and only where eager's argument lies within 1e-3 of a half-integer."""
+    (eager, fused), gen = compiled_pair
+    for step in range(5):
+        source, target = (eager, fused) if step % 2 == 0 else (fused, eager)
+        buffer = io.BytesIO()  # saved and loaded, as a checkpoint is: the target gets its own tensors
+        torch.save(source.state_dict(), buffer)
+        target.load_state_dict(torch.load(io.BytesIO(buffer.getvalue())))
+        for p, q in zip(target.param_groups[0]["params"], source.param_groups[0]["params"]):
+            p.data.copy_(q.detach())
+        ps_e, ps_f = eager.param_groups[0]["params"], fused.param_groups[0]["params"]
+        before = [p.detach().clone() for p in ps_e]
+        expected = {}
+        for p, q in zip(ps_e, ps_f):
+            p.grad = torch.randn(p.shape, generator=gen).to(p.dtype)
+            q.grad = p.grad.clone()
+            if p.numel() >= COMPILED_SETTINGS["min_quantized"]:
+                expected[p] = eager_moments(eager, p, p.grad)
+        eager.step()
+        fused.step()
+        for p, q, p0 in zip(ps_e, ps_f, before):
+            a, b = p.detach().double(), q.detach().double()
+            if p.dtype == torch.bfloat16:
+                ulp = torch.finfo(torch.bfloat16).eps * a.abs().clamp_min(2**-126)
+                assert ((a - b).abs() <= ulp).all(), f"step {step}: a bf16 weight moved by more than one ulp"
+            else:
+                ulp = torch.finfo(torch.float32).eps * a.abs()
+                u = (a - p0.double() * (1 - COMPILED_SETTINGS["lr"] * COMPILED_SETTINGS["weight_decay"])).abs()
+                assert ((a - b).abs() <= 2 * ulp + 2**-21 * u).all(), f"step {step}: {(a - b).abs().max()}"
+            se, sf = eager.state[p], fused.state[q]
+            assert set(se) == set(sf) and se["step"] == sf["step"]
+            if p not in expected:  # fp32 moments: the same eager ops on both sides
+                assert torch.equal(se["exp_avg"], sf["exp_avg"]) and torch.equal(se["exp_avg_sq"], sf["exp_avg_sq"])
+                continue
+            for key, code in (("exp_avg", M_CODE), ("exp_avg_sq", V_CODE)):
+                scale_e, scale_f = se[f"{key}_scales"], sf[f"{key}_scales"]
+                assert ((scale_e - scale_f).abs() <= 2**-20 * scale_e).all()
+                codes_e, codes_f = se[f"{key}_codes"], sf[f"{key}_codes"]
+                assert codes_f.dtype == code.dtype
+                differ = codes_e.int() != codes_f.int()
+                assert (codes_e.int() - codes_f.int()).abs().max() <= 1
+                x = expected[p][f"{key}_codes"].double()
+                s = scale_e.double().repeat_interleave(BLOCK)[: x.numel()]
+                argument = code.levels * (x.abs() / s.clamp_min(1e-38)) ** (1 / code.power)
+                assert ((argument[differ] % 1 - 0.5).abs() < 1e-3).all(), f"step {step}: {key} codes off a tie"
+
+
+def test_the_compiled_step_compiles_once_per_dtype(compiled_pair):
+    """Another lr, another step count, another number of blocks: no new compile (the numbers are a tensor,
+    the number of blocks a dynamic size)."""
+    from torch._dynamo.utils import counters
+
+    (_, fused), gen = compiled_pair
+    compiled = counters["stats"]["unique_graphs"]
+    p = torch.nn.Parameter(torch.randn(7, BLOCK, generator=gen))  # 7 blocks: a size no other parameter has
+    p.grad = torch.randn(p.shape, generator=gen)
+    fused.add_param_group({"params": [p], "lr": 3e-3})
+    for _ in range(2):
+        fused.step()
+    assert counters["stats"]["unique_graphs"] == compiled
+
+
+def test_compile_without_a_compiler_says_so(monkeypatch):
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    with pytest.raises(ValueError, match="C\\+\\+ compiler"):
+        AdamW8bit([torch.nn.Parameter(torch.zeros(10))], compile=True)

@@ -250,3 +250,18 @@ def test_a_locked_folder_refuses_a_second_run_and_cleans_up(tmp_path):
     assert not run.lock_path.exists()  # nothing left behind
     with RunFolder(tmp_path).locked():  # and free again
         pass
+
+
+def test_resuming_on_fewer_gpus_puts_back_the_states_of_the_gpus_there(monkeypatch):
+    """A run saved on 2 GPUs and resumed on 1: torch would fail on the missing GPU's state; only GPU 0's is set."""
+    from minigpt.run_state import rng_state, set_rng_state
+
+    data_gen = torch.Generator().manual_seed(0)
+    state = rng_state(data_gen)
+    state["cuda"] = [torch.zeros(16, dtype=torch.uint8), torch.ones(16, dtype=torch.uint8)]
+    put_back = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", put_back.extend)
+    set_rng_state(state, data_gen)
+    assert len(put_back) == 1 and torch.equal(put_back[0], state["cuda"][0])

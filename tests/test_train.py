@@ -445,13 +445,13 @@ def test_compiled_training_matches_eager(markov_data, precision, checkpointing):
 
 
 def test_compile_refuses_where_it_cannot_work(monkeypatch):
-    from minigpt import step
+    from minigpt import device
 
-    monkeypatch.setattr(step.shutil, "which", lambda name: None)
+    monkeypatch.setattr(device.shutil, "which", lambda name: None)
     with pytest.raises(ValueError, match="C\\+\\+ compiler"):
-        step.check_compile(CPU)
+        device.check_compile(CPU)
     with pytest.raises(ValueError, match="mps"):
-        step.check_compile(torch.device("mps"))
+        device.check_compile(torch.device("mps"))
 
 
 class FakeClock:

@@ -20,15 +20,30 @@ Tensors under MIN_QUANTIZED values (the norm gains) keep fp32 moments, as bitsan
 scales would cost as much as they save. The update runs over CHUNK values at a time, so the fp32 copies
 of m and v it works on are a few chunks, never a whole embedding matrix (which would bring back at the
 optimizer step the memory the codes saved).
+
+The fused pass (AdamW8bit(compile=True), which --compile turns on). Eagerly, a chunk's update is some twenty
+passes over fp32 tensors: decode m and v, update them and the weight, encode them again. fused_update_ writes
+the same formulas as one function of a chunk viewed as [blocks, BLOCK]; torch.compile (inductor, C++ on a
+CPU) turns it into a few loops over the blocks in which each block's largest |m| and |v| (its new scale) is
+reduced next to the arithmetic, reading the codes, the weight and the gradient and writing them back, with
+only a chunk's fp32 v between loops. It compiles once per parameter dtype, at the first step (seconds; the
+number of blocks is a dynamic size and the hyperparameters a tensor, so no later step compiles again); a last
+block that is not whole, and tensors with fp32 moments, take the eager path. Its results are the eager
+path's within a few fp32 ulps, not bitwise: eager uses fused multiply-adds (lerp, addcmul) and an inexact
+vectorized sqrt, the compiled pass takes v's code from sqrt(v) (one square root fewer), and a code can then
+differ by one where its value lies on a rounding tie (tests/test_optim.py derives the tolerance).
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
+
+from minigpt.device import check_compile
 
 BLOCK = 256  # values sharing one fp32 scale (torchao's choice; bitsandbytes uses 2048)
 MIN_QUANTIZED = 4096  # tensors with fewer values keep fp32 moments (bitsandbytes' default threshold)
@@ -171,11 +186,78 @@ def adamw_update_(
     return denom
 
 
+def _decode(codes: torch.Tensor, scales: torch.Tensor, code: PowerCode) -> torch.Tensor:
+    """dequantize's arithmetic on [blocks, BLOCK] codes and their [blocks] scales, returning a new fp32 tensor."""
+    x = codes.float()
+    for _ in range(code.square_roots):
+        x = x * (x.abs() if code.dtype.is_signed else x)
+    return x * (scales / code.levels**code.power)[:, None]
+
+
+def _encode_(x: torch.Tensor, code: PowerCode, codes: torch.Tensor, scales: torch.Tensor) -> None:
+    """quantize_'s arithmetic on a [blocks, BLOCK] fp32 tensor: its scales and codes written in place."""
+    absmax = torch.maximum(x.amax(dim=1), x.amin(dim=1).neg())
+    scales.copy_(absmax)
+    y = x.abs() * absmax.clamp_min(torch.finfo(torch.float32).tiny).reciprocal()[:, None]
+    for _ in range(code.square_roots):
+        y = y.sqrt()
+    y = (y * code.levels).round()
+    codes.copy_(y.copysign(x) if code.dtype.is_signed else y)
+
+
+def fused_update_(
+    param: torch.Tensor,
+    grad: torch.Tensor,
+    m_codes: torch.Tensor,
+    m_scales: torch.Tensor,
+    v_codes: torch.Tensor,
+    v_scales: torch.Tensor,
+    hyper: torch.Tensor,
+) -> None:
+    """The whole 8-bit AdamW update of whole blocks, written for torch.compile to make into one pass.
+
+    Every tensor but the scales is a [blocks, BLOCK] view (param and grad of any float dtype); `hyper` holds
+    hyper_parameters' seven numbers. dequantize, adamw_update_ and quantize_'s formulas, with fewer roundings
+    (see the module docstring): the same results within a few fp32 ulps.
+    """
+    m, v = _decode(m_codes, m_scales, M_CODE), _decode(v_codes, v_scales, V_CODE)
+    g = grad.float()
+    p = param.float() * hyper[0]  # decoupled weight decay
+    m = m + hyper[1] * (g - m)  # m = beta1 m + (1 - beta1) g
+    v = v * hyper[2] + hyper[3] * g * g  # v = beta2 v + (1 - beta2) g^2
+    root = v.sqrt()
+    param.copy_(p + (hyper[6] * m) / (root * hyper[4] + hyper[5]))  # the copy casts to a 16-bit param's dtype
+    _encode_(m, M_CODE, m_codes, m_scales)
+    # v's code from sqrt(v), which the update took anyway: (v / s) ** (1/4) = sqrt(sqrt(v) / sqrt(s)), one square
+    # root a value fewer (v >= 0: its largest |v| is its largest v)
+    largest = v.amax(dim=1)
+    v_scales.copy_(largest)
+    y = (root * largest.clamp_min(torch.finfo(torch.float32).tiny).rsqrt()[:, None]).sqrt()
+    v_codes.copy_((y * V_CODE.levels).round())
+
+
+def hyper_parameters(step: int, lr: float, betas: tuple[float, float], eps: float, weight_decay: float) -> list:
+    """adamw_update_'s numbers, as fused_update_ takes them: decay factor, 1 - beta1, beta2, 1 - beta2,
+    1 / sqrt(bias correction 2), eps, -lr / bias correction 1."""
+    beta1, beta2 = betas
+    bias_correction1, bias_correction2 = 1 - beta1**step, 1 - beta2**step
+    decay, step_size = 1 - lr * weight_decay, -lr / bias_correction1
+    return [decay, 1 - beta1, beta2, 1 - beta2, 1 / math.sqrt(bias_correction2), eps, step_size]
+
+
+@functools.cache
+def compiled_update() -> Callable:
+    """torch.compile(fused_update_), made once: the first call with a new dtype compiles (seconds to a minute)."""
+    return torch.compile(fused_update_)
+
+
 class AdamW8bit(torch.optim.Optimizer):
     """AdamW whose moments are 8-bit codes with an fp32 scale per block of BLOCK values (see the module docstring).
 
     The arithmetic is AdamW's, in fp32, on a chunk of CHUNK values at a time: dequantize the chunk's m and v,
     update them and the parameter, quantize them back. The step counter is a Python int per parameter.
+    `compile`: one fused pass per chunk (fused_update_, torch.compile'd; the first step compiles it), refused
+    with a clear error where torch.compile cannot work (minigpt.device.check_compile).
     """
 
     def __init__(
@@ -187,11 +269,15 @@ class AdamW8bit(torch.optim.Optimizer):
         weight_decay: float = 1e-2,
         min_quantized: int = MIN_QUANTIZED,
         chunk: int = CHUNK,
+        compile: bool = False,
     ) -> None:
         if chunk < BLOCK or chunk % BLOCK:
             raise ValueError(f"chunk must be a positive multiple of BLOCK ({BLOCK}), got {chunk}")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
-        self.min_quantized, self.chunk = min_quantized, chunk
+        self.min_quantized, self.chunk, self.compile = min_quantized, chunk, compile
+        if compile:
+            for device in {p.device for group in self.param_groups for p in group["params"]}:
+                check_compile(device)
 
     def _new_state(self, p: torch.Tensor) -> dict:
         n, dev = p.numel(), p.device
@@ -237,35 +323,65 @@ class AdamW8bit(torch.optim.Optimizer):
         quantized), each as long as the largest chunk. Made once per step, not per chunk: a new tensor of a few
         MiB is fresh memory, mapped page by page as it is first written (on a CPU, an allocating sqrt took
         several times as long as an in-place one). The peak is the same: the worst tensor's chunk needs all three."""
-        length = max(min(self.chunk, p.numel()) for p, _, _ in todo)
+        length = max(self._eager_length(p, state) for p, state, _ in todo)
         count = 3 if any("exp_avg_codes" in state for _, state, _ in todo) else 1
         return [torch.empty(length, dtype=torch.float32, device=todo[0][0].device) for _ in range(count)]
+
+    def _eager_length(self, p: torch.Tensor, state: dict) -> int:
+        """The most values of `p` that one chunk of the eager path updates: a chunk, or (compiled) what the
+        fused pass leaves, a last block that is not whole or a last chunk of a single block (under 2 * BLOCK)."""
+        if self.compile and "exp_avg_codes" in state:
+            return min(p.numel(), 2 * BLOCK - 1)
+        return min(self.chunk, p.numel())
 
     def _update(self, p: torch.Tensor, state: dict, group: dict, buffers: list[torch.Tensor]) -> None:
         hyper = dict(step=state["step"], lr=group["lr"], betas=group["betas"], eps=group["eps"])
         hyper["weight_decay"] = group["weight_decay"]
+        if not (self.compile and "exp_avg_codes" in state):
+            for start in range(0, p.numel(), self.chunk):
+                self._eager_chunk(p, state, hyper, buffers, start, min(start + self.chunk, p.numel()))
+            return
+        # the numbers as a tensor: torch.compile would make floats constants and compile again for each lr
+        numbers = torch.tensor(hyper_parameters(**hyper), dtype=torch.float32, device=p.device)
+        whole = p.numel() // BLOCK * BLOCK  # the last block, if partial, goes the eager way
+        for start in range(0, whole, self.chunk):
+            end = min(start + self.chunk, whole)
+            if end - start < 2 * BLOCK:  # one block: torch.compile would compile a shape for it alone
+                self._eager_chunk(p, state, hyper, buffers, start, end)
+                continue
+            blocks = slice(start // BLOCK, end // BLOCK)
+            rows = [t.view(-1)[start:end].view(-1, BLOCK) for t in (p, p.grad, state["exp_avg_codes"])]
+            rows += [state["exp_avg_scales"][blocks], state["exp_avg_sq_codes"][start:end].view(-1, BLOCK)]
+            rows.append(state["exp_avg_sq_scales"][blocks])
+            for t in rows:
+                torch._dynamo.maybe_mark_dynamic(t, 0)  # any number of blocks: one compile per dtype
+            compiled_update()(*rows, numbers)
+        if whole < p.numel():
+            self._eager_chunk(p, state, hyper, buffers, whole, p.numel())
+
+    def _eager_chunk(
+        self, p: torch.Tensor, state: dict, hyper: dict, buffers: list[torch.Tensor], start: int, end: int
+    ) -> None:
+        """Values start:end of p (start a multiple of BLOCK): dequantize, adamw_update_, quantize_ (eager ops)."""
         flat_p, flat_g = p.view(-1), p.grad.view(-1)
         quantized = "exp_avg_codes" in state
-        for start in range(0, p.numel(), self.chunk):
-            end = min(start + self.chunk, p.numel())
-            blocks = slice(start // BLOCK, n_blocks(end))
-            param = flat_p[start:end].float()  # the parameter itself when it is fp32: updated in place
-            grad = flat_g[start:end].float()
-            scratch = buffers[-1][: end - start]  # sqrt(v), then the quantize's scratch
-            if quantized:
-                m_codes, m_scales = state["exp_avg_codes"][start:end], state["exp_avg_scales"][blocks]
-                v_codes, v_scales = state["exp_avg_sq_codes"][start:end], state["exp_avg_sq_scales"][blocks]
-                m = dequantize(m_codes, m_scales, M_CODE, out=buffers[0][: end - start], scratch=scratch)
-                v = dequantize(v_codes, v_scales, V_CODE, out=buffers[1][: end - start])
-            else:
-                m, v = state["exp_avg"][start:end], state["exp_avg_sq"][start:end]
-            adamw_update_(param, grad, m, v, **hyper, denom=scratch)
-            if param.data_ptr() != flat_p.data_ptr() + start * flat_p.element_size():  # a 16-bit parameter
-                flat_p[start:end].copy_(param)
-            if quantized:
-                quantize_(m, M_CODE, m_codes, m_scales, scratch)
-                quantize_(v, V_CODE, v_codes, v_scales, scratch)
-            del param, grad  # (16-bit parameters' fp32 copies) freed now, not when the next chunk's replace them
+        blocks = slice(start // BLOCK, n_blocks(end))
+        param = flat_p[start:end].float()  # the parameter itself when it is fp32: updated in place
+        grad = flat_g[start:end].float()
+        scratch = buffers[-1][: end - start]  # sqrt(v), then the quantize's scratch
+        if quantized:
+            m_codes, m_scales = state["exp_avg_codes"][start:end], state["exp_avg_scales"][blocks]
+            v_codes, v_scales = state["exp_avg_sq_codes"][start:end], state["exp_avg_sq_scales"][blocks]
+            m = dequantize(m_codes, m_scales, M_CODE, out=buffers[0][: end - start], scratch=scratch)
+            v = dequantize(v_codes, v_scales, V_CODE, out=buffers[1][: end - start])
+        else:
+            m, v = state["exp_avg"][start:end], state["exp_avg_sq"][start:end]
+        adamw_update_(param, grad, m, v, **hyper, denom=scratch)
+        if param.data_ptr() != flat_p.data_ptr() + start * flat_p.element_size():  # a 16-bit parameter
+            flat_p[start:end].copy_(param)
+        if quantized:
+            quantize_(m, M_CODE, m_codes, m_scales, scratch)
+            quantize_(v, V_CODE, v_codes, v_scales, scratch)
 
     def load_state_dict(self, state_dict: dict) -> None:
         """torch's load, then the saved tensors put back as they were: torch would cast the codes to the
