@@ -98,3 +98,10 @@ def test_the_default_run_fits_its_time_budget():
     for with --chapters, have CHAPTER_LIMIT_S each on top)."""
     assert gpu_check.DEFAULT_BUDGET_S < 600
     assert all(c.limit_s <= gpu_check.DEFAULT_BUDGET_S for c in gpu_check.CHECKS if not c.optional)
+
+
+def test_a_check_the_budget_left_unrun_is_not_green(tmp_path, capsys):
+    code = gpu_check.main(["--device", "cpu", "--out", str(tmp_path), "--budget-s", "1", "--only", "memory_snapshot"])
+    assert code == 1 and "not green: memory_snapshot" in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # argparse's one-line error
+        gpu_check.main(["--device", "cpu", "--budget-s", "-1"])
