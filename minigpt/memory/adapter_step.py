@@ -11,6 +11,7 @@ region, it does not grow.
 from __future__ import annotations
 
 from minigpt.lora import parse_targets
+from minigpt.memory.activations import mask_bytes
 from minigpt.memory.adapters import (
     _block_rows,
     _input_grads,
@@ -31,18 +32,20 @@ CPU_RNG_STATE = 5072
 
 
 def _block_backward(
-    cfg: ModelConfig, tokens: int, w: Widths, base_dtype: str, quant_block: int, rank: int, targets: str
+    cfg: ModelConfig, tokens: int, w: Widths, device: str, base_dtype: str, quant_block: int, rank: int, targets: str
 ) -> int:
     """The top block's MLP backward, above its own activations: G, the residual stream's gradient, and the rest.
 
     Down's backward unpacks its weight beside G and makes the gradient of its input (N, H); the product's
     backward makes two more (N, H) before it frees anything. An adapter on down runs its backward first: its
     gradients (fp32) and the gradient of its input are made, and down's input and x @ A^T, which it kept, are freed.
+    With dropout, its backward comes first: it makes down's output gradient, G times the mask, and frees the mask.
     """
     C, H, a = cfg.n_embd, cfg.mlp_hidden, w.compute
     residual_grad = w.residual * C * tokens
-    # autocast: down's output was 16-bit, so its gradient is G cast to 16 bits, held through down's backward
-    down_output_grad = a * C * tokens if w.autocast else 0
+    # down's output gradient, held through down's backward: G cast to 16 bits (autocast), or G times the mask
+    down_output_grad = a * C * tokens if (w.autocast or cfg.dropout > 0) else 0
+    mask = mask_bytes(a, device) * C * tokens if cfg.dropout > 0 else 0  # (one of the rows, freed)
     peak, result = unpack_bytes((C, H), base_dtype, quant_block, a)
     down_input_grad = a * H * tokens
     adapter, kept_input = 0, 0
@@ -51,7 +54,7 @@ def _block_backward(
         kept_input = down_input_grad  # its backward freed down's input: the product's backward comes later
     unpacking = down_output_grad + max(peak, result + down_input_grad)
     product = 3 * down_input_grad - kept_input
-    return residual_grad + adapter + max(unpacking, product)
+    return residual_grad - mask + adapter + max(unpacking, product)
 
 
 def _head_backward(cfg: ModelConfig, tokens: int, w: Widths, train_embedding: bool) -> int:
@@ -86,15 +89,15 @@ def _backward_through_blocks(
     lora: dict,
     kept: int,
     top: int,
-    recompute: int,
+    unpack_peak: int,
 ) -> int:
     """The worst moment of backward through the blocks, above what stays through it (`top`: the top block's backward).
 
     At region i: the regions below it keep what the forward kept (`kept`: per region; without checkpointing,
     their activations), the region itself holds its activations as the forward without checkpointing made them
     (recomputed, or kept) and its input, the blocks above hold their trained tensors' gradients, and its top
-    block runs backward. The final norm's backward comes first, with every region's kept tensors. With
-    checkpointing, the top block's backward is `recompute` instead (see lora_estimate).
+    block runs backward. The final norm's backward comes first, with every region's kept tensors.
+    With checkpointing, the recomputed forward is a moment of its own: see _recomputed_forward.
     """
     rank, names, norms, emb = lora["rank"], parse_targets(lora["targets"]), lora["train_norms"], lora["train_embedding"]
     C, tokens, shapes, regions = cfg.n_embd, batch * ctx, linear_shapes(cfg), _regions(cfg, mode)
@@ -121,10 +124,47 @@ def _backward_through_blocks(
         live = sum(rows(b) for b in region)
         if mode != "none" and not (emb or region.start > 0):  # its input, kept by checkpoint, is no norm's input
             live += w.residual * C * tokens
+        if mode == "selective" and cfg.dropout == 0:  # (see the note above _recomputed_forward)
+            live += w.compute * C * tokens
         held_copies = sum(copies(b) for b in (range(region.stop) if mode == "none" else region))
         above = trained_per_block * (cfg.n_layer - region.stop) + (4 * C if norms else 0)
-        worst = max(worst, below[i] + live + held_copies + above + (recompute if mode != "none" else top))
+        worst = max(worst, below[i] + live + held_copies + above + top)
+        if mode != "none":
+            region_top = region.stop - 1
+            made_later = _recomputed_forward(cfg, tokens, w, device, lora, emb or region_top > 0, unpack_peak)
+            if mode == "selective":  # down's matmul output, still in the cache when its weight is unpacked
+                made_later += w.compute * C * tokens
+            worst = max(worst, below[i] + live + held_copies + above + made_later)
     return worst
+
+
+# Selective checkpointing recomputes a region from its cache of matmul outputs, each taken out of the cache as the
+# recomputed forward reaches its matmul. The recomputation stops once the last tensor backward needs is made: after
+# down's adapter scales x @ A^T (saved by B's matmul), or after the product when down has no adapter. Without
+# dropout, one matmul output past that point is never taken out (B's, or down's own): a (N, C) that stays cached
+# through the region's backward. With dropout, the MLP's mask is saved last and every matmul output is taken.
+
+
+def _recomputed_forward(
+    cfg: ModelConfig, tokens: int, w: Widths, device: str, lora: dict, input_grad: bool, unpack_peak: int
+) -> int:
+    """The recomputed forward at its worst, beside the region's activations and copies: its top block unpacks down.
+
+    checkpoint saves the CPU generator's state once more while it recomputes (to put it back after), and the
+    gradient of the region's output (G, fp32) waits. What the forward holds that backward does not keep is alive
+    too: the residual stream after attention (when no norm keeps it) and down's input (when no adapter keeps it).
+    What down's matmul has not made yet is not: its adapter's x @ A^T, its dropout mask, autocast's copies of
+    its A and B. Counted as a difference from the block's rows, `live`, so that it reads next to _block_rows.
+    """
+    rank, names, norms = lora["rank"], parse_targets(lora["targets"]), lora["train_norms"]
+    C, H, a = cfg.n_embd, cfg.mlp_hidden, w.compute
+    needs = _input_grads(names, input_grad, norms)
+    attention = input_grad or norms or "qkv" in names
+    not_kept = (0 if (attention or "proj" in names) else w.residual * C) + (0 if "down" in names else a * H)
+    not_yet = (a * rank if "down" in names else 0) + (mask_bytes(a, device) * C if cfg.dropout > 0 else 0)
+    later_copies = 2 * rank * (C + H * needs["down"]) if (w.autocast and "down" in names) else 0
+    rng = CPU_RNG_STATE if device == "cpu" else 0
+    return w.residual * C * tokens + rng + unpack_peak + (not_kept - not_yet) * tokens - later_copies
 
 
 def lora_estimate(
@@ -187,16 +227,19 @@ def lora_estimate(
     tied_grad = 4 * V * C if train_embedding else 0
     lm_head_16bit = 2 * V * C if (train_embedding and w.autocast) else 0
     moments_head = head_moments(cfg, tokens, w, loss_chunks, tied_grad, lm_head_16bit)
-    top = _block_backward(cfg, tokens, w, base_dtype, quant_block, rank, targets)
+    top = _block_backward(cfg, tokens, w, dev, base_dtype, quant_block, rank, targets)
     lora = dict(rank=rank, targets=targets, **trained)
     kept = block_rows // len(_regions(cfg, mode))  # per region, with checkpointing
-    # checkpoint keeps the CPU generator's state per region (to replay dropout), and saves it once more while
-    # it recomputes one; the recomputed region's output gradient is one more (N, C) beside G
+    # checkpoint keeps the CPU generator's state per region (to replay dropout); once more while it recomputes
+    # one (_recomputed_forward), where the top block unpacks down's weight as the forward did
     rng = CPU_RNG_STATE * len(_regions(cfg, mode)) if (mode != "none" and dev == "cpu") else 0
-    # (measured: where a weight is unpacked in backward; a base already in the compute dtype shows neither)
-    unpacks = unpack_bytes((C, H), base_dtype, quant_block, w.compute)[0] > 0
-    recompute = top + unpacks * (w.residual * C * tokens + (CPU_RNG_STATE if dev == "cpu" else 0))
-    blocks_moment = _backward_through_blocks(cfg, batch, ctx, w, mode, dev, lora, kept, top, recompute)
+    down_unpack = unpack_bytes((C, H), base_dtype, quant_block, w.compute)[0]
+    blocks_moment = _backward_through_blocks(cfg, batch, ctx, w, mode, dev, lora, kept, top, down_unpack)
+    # A trained embedding keeps the token ids (the batch's own tensor: counted as an activation, not in `always`)
+    # and, with dropout, its mask, until its backward: through the blocks' backward, and the ids after it
+    ids = 8 * tokens if train_embedding else 0
+    embedding_kept = ids + (mask_bytes(w.residual, dev) * C * tokens if (train_embedding and cfg.dropout > 0) else 0)
+    through_blocks = rng + embedding_kept
     # clip_grad_norm_: a norm per gradient, their stack and the total; fp16: the GradScaler's found-inf flag
     clip_norms = (2 * static["trained tensors"] + 1) * 4 + found_inf
     at_loss = always + rng + activations + adapter_copies + embedding_copy + moments_head.forward + loss
@@ -213,13 +256,14 @@ def lora_estimate(
         + scalar_grads
         + (moments_head.backward if loss_chunks > 1 else _head_backward(cfg, tokens, w, train_embedding)),
         # the blocks' backward; the targets are still alive
-        "backward: blocks": always + 8 * tokens + loss + scalar_grads + tied_grad + rng + blocks_moment,
+        "backward: blocks": always + 8 * tokens + loss + scalar_grads + tied_grad + through_blocks + blocks_moment,
         # AdamW's step: every gradient, clipping's norms (and, in the first step, the state AdamW makes)
-        "optimizer": always + 8 * tokens + loss + static["gradients"] + clip_norms,
+        "optimizer": always + 8 * tokens + ids + loss + static["gradients"] + clip_norms,
     }
     if train_embedding:  # its gradient and lm_head's, then their sum (a new tensor where not made in place)
         in_flight = max(tied_sum_bytes(cfg, w, loss_chunks), w.residual * C * tokens)
-        moments["backward: embedding"] = always + 8 * tokens + loss + static["gradients"] + tied_grad + in_flight
+        grads = static["gradients"] + tied_grad
+        moments["backward: embedding"] = always + 8 * tokens + ids + loss + grads + in_flight
     return MemoryBreakdown(
         weights=weights,
         gradients=static["gradients"],
