@@ -395,7 +395,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if existing is not None and not existing.is_dir():
         where = "" if existing == out else f" (its parent {existing} is a file)"
         raise NotADirectoryError(f"--out {out} is not a folder{where}; choose a folder for the figures")
-    return run_demo(args.name, out, quick=args.quick)
+    return run_demo(args.name, out, size="quick" if args.quick else "full" if args.full else "lecture")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -442,7 +442,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="lecture demos: a few tables, a one-line conclusion, PNG figures")
     p.add_argument("name", nargs="?", default="all", choices=DEMO_CHOICES)
     p.add_argument("--out", default="demo_out", help="folder for the PNG figures (default: demo_out/)")
-    p.add_argument("--quick", action="store_true", help="tiny sizes, seconds (for tests)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--full", action="store_true", help="longer versions: more steps, 10m for tiny")
+    size.add_argument("--quick", action="store_true", help="tiny sizes, seconds (for tests)")
     p.set_defaults(func=cmd_demo)
     return parser
 

@@ -54,6 +54,17 @@ LEVER_TOLERANCE = 0.01  # tests/test_memory.py LEVER_TOLERANCE; test_loss_chunks
 BUDGET_TOLERANCE = 0.05  # tests/test_budget.py: the auto budget within 5% of what is free
 
 
+def positive_seconds(text: str) -> float:
+    """--budget-s: a number of seconds above 0."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return seconds
+
+
 class Skip(Exception):
     """A check that cannot run here (too few GPUs, a CUDA-only path on the CPU): its reason is the report's."""
 
@@ -576,7 +587,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", default=DEFAULT_OUT, help=f"report folder (default: {DEFAULT_OUT}/)")
     p.add_argument("--only", nargs="+", choices=list(BY_NAME), metavar="NAME", help="these checks alone")
     p.add_argument("--chapters", action="store_true", help='also chapters 03, 04, 09, 10 at SCALE = "full" (minutes)')
-    p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="stop starting checks after this long")
+    p.add_argument(
+        "--budget-s", type=positive_seconds, default=DEFAULT_BUDGET_S, help="stop starting checks after this long"
+    )
     p.add_argument("--in-process", action="store_true", help="every check in this process (SIGALRM limits)")
     p.add_argument("--list", action="store_true", help="name the checks and stop")
     p.add_argument("--run-one", help=argparse.SUPPRESS)  # the child's side of run_in_subprocess
@@ -621,7 +634,9 @@ def main(argv: list[str] | None = None) -> int:
             f"  {result['verdict']:7} {check.name:26} {result['seconds']:6.1f} s  {result.get('note', '')}", flush=True
         )
         write_report(out, env, results, time.perf_counter() - started)
-    bad = [r["name"] for r in results if r["verdict"] in ("FAIL", "ERROR", "TIMEOUT")]
+    bad = [
+        r["name"] for r in results if r["verdict"] in ("FAIL", "ERROR", "TIMEOUT", "NOT RUN")
+    ]  # unchecked is not green
     print(f"report: {out / 'report.md'} and report.json; " + (f"not green: {', '.join(bad)}" if bad else "all green"))
     return 1 if bad else 0
 

@@ -43,3 +43,25 @@ def test_every_code_cell_fits_on_a_screen(source, notebook):
         and (n := sum(bool(line.strip()) for line in "".join(cell["source"]).splitlines())) > MAX_CELL_LINES
     }
     assert not too_long, f"{notebook.name}: code cells longer than {MAX_CELL_LINES} non-blank lines: {too_long}"
+
+
+def test_a_run_records_the_package_files_it_imported_and_a_change_makes_it_stale(tmp_path):
+    """make chapters stores, in each notebook, a hash of every package file its kernel imported; a notebook
+    whose files changed since is named, so that stored outputs never silently come from older code."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("from minigpt.formats import format_rows")])
+    make_chapters.run_notebook(nb, tmp_path)
+    recorded = nb.metadata["minigpt"]["package_files"]
+    assert {"minigpt/__init__.py", "minigpt/formats.py"} <= set(recorded)
+    assert "minigpt/train.py" not in recorded  # only what the notebook's code imported
+    assert [c.source for c in nb.cells] == ["from minigpt.formats import format_rows"]  # the probe cell is gone
+    path = tmp_path / "run.ipynb"
+    nbformat.write(nb, path)
+    assert make_chapters.stale_because(path) is None
+    nb.metadata["minigpt"]["package_files"]["minigpt/formats.py"] = "0" * 16  # as if formats.py changed since
+    nbformat.write(nb, path)
+    assert make_chapters.stale_because(path) == "run.ipynb was run before minigpt/formats.py changed"
+    del nb.metadata["minigpt"]
+    nbformat.write(nb, path)
+    assert "not run by `make chapters`" in make_chapters.stale_because(path)

@@ -47,13 +47,13 @@ def test_every_demo_the_issue_names_exists():
 def test_each_demo_function_is_named_after_its_command(name):
     demo = DEMOS[name]
     assert demo.__name__ == f"demo_{name}"
-    assert list(inspect.signature(demo).parameters) == ["out", "quick"]
+    assert list(inspect.signature(demo).parameters) == ["out", "size"]
     assert demo.__doc__  # its first line is printed under the demo's banner
 
 
 @pytest.mark.parametrize("name", list(FIGURES))
 def test_demo_prints_one_conclusion_and_saves_its_figures(name, tmp_path, capsys):
-    assert run_demo(name, tmp_path, quick=True) == 0
+    assert run_demo(name, tmp_path, size="quick") == 0
     printed = capsys.readouterr().out
     conclusions = [line for line in printed.splitlines() if line.startswith("Conclusion: ")]
     assert len(conclusions) == 1, printed[-2000:]
@@ -65,7 +65,7 @@ def test_demo_prints_one_conclusion_and_saves_its_figures(name, tmp_path, capsys
 
 
 def test_formats_conclusion_states_the_package_threshold(tmp_path, capsys):
-    run_demo("formats", tmp_path, quick=True)
+    run_demo("formats", tmp_path, size="quick")
     conclusion = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Conclusion: ")][0]
     assert f"{smallest_update_that_survives(1.0, 'bf16'):.3g}" in conclusion
 
@@ -76,10 +76,27 @@ def test_unknown_demo_is_a_clear_error(tmp_path):
 
 
 def test_train_demo_shows_the_loss_and_a_sample(tmp_path, capsys):
-    run_demo("train", tmp_path, quick=True)
+    run_demo("train", tmp_path, size="quick")
     printed = capsys.readouterr().out
     assert "Sample after 6 steps:" in printed
     conclusion = [line for line in printed.splitlines() if line.startswith("Conclusion: ")][0]
     first = float(re.search(r"fell from ([\d.]+) ", conclusion).group(1))
     # an untrained model guesses: its first loss is near ln(vocab) (the seeded init is close to uniform)
     assert first == pytest.approx(math.log(PRESETS["tiny"].vocab_size), abs=0.5)
+
+
+@pytest.mark.parametrize("flags, size", [([], "lecture"), (["--full"], "full"), (["--quick"], "quick")])
+def test_the_command_line_picks_the_demo_size(flags, size, monkeypatch, tmp_path):
+    """Lecture sizes unless asked: --full for the longer versions, --quick for the tests' tiny ones."""
+    from minigpt import demos
+    from minigpt.cli import main
+
+    calls = []
+    monkeypatch.setattr(demos, "run_demo", lambda name, out, size: calls.append((name, size)) or 0)
+    assert main(["demo", "train", "--out", str(tmp_path), *flags]) == 0
+    assert calls == [("train", size)]
+
+
+def test_an_unknown_demo_size_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="choose one of: quick, lecture, full"):
+        run_demo("train", tmp_path, size="huge")

@@ -1,5 +1,6 @@
 """scripts/gpu_check.py without a GPU: one line and exit 0; its checks' plumbing and report on the CPU."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -26,9 +27,24 @@ def test_without_a_gpu_it_says_so_in_one_line_and_exits_0(tmp_path):
     assert not out.exists()  # nothing checked, nothing written
 
 
-def test_on_the_cpu_every_check_reports_and_a_failing_one_stops_none_of_the_others(tmp_path, capsys):
-    """Every default check runs at tiny sizes; plan_budget_auto is made to fail (it takes 30 s here anyway)."""
-    code = gpu_check.main(["--device", "cpu", "--in-process", "--out", str(tmp_path), "--fail", "plan_budget_auto"])
+def test_on_the_cpu_every_check_reports_and_a_failing_one_stops_none_of_the_others(tmp_path, capsys, monkeypatch):
+    """Every default check runs at tiny sizes; plan_budget_auto is made to fail (it takes 30 s here anyway).
+
+    The checks' limits are sized for a GPU; here they are only guards against a hang, so 10x (a busy 2-core
+    CPU emulating fp16 is that much slower than a quiet one)."""
+    slack = [dataclasses.replace(c, limit_s=10 * c.limit_s) for c in gpu_check.CHECKS]
+    monkeypatch.setattr(gpu_check, "CHECKS", slack)
+    monkeypatch.setattr(gpu_check, "BY_NAME", {c.name: c for c in slack})
+    argv = [
+        "--device",
+        "cpu",
+        "--in-process",
+        "--out",
+        str(tmp_path),
+        "--budget-s",
+        str(10 * gpu_check.DEFAULT_BUDGET_S),
+    ]
+    code = gpu_check.main([*argv, "--fail", "plan_budget_auto"])
     assert code == 1  # not green: one check erred
     report = json.loads((tmp_path / "report.json").read_text())
     names = [c.name for c in gpu_check.CHECKS if not c.optional]
@@ -55,6 +71,9 @@ def test_on_the_cpu_every_check_reports_and_a_failing_one_stops_none_of_the_othe
 def test_each_check_in_its_own_process_a_hang_is_killed_at_its_limit_and_the_next_still_runs(tmp_path, monkeypatch):
     hung = gpu_check.BY_NAME["offload_gradients"]
     monkeypatch.setitem(gpu_check.BY_NAME, hung.name, gpu_check.Check(hung.name, hung.run, limit_s=4))
+    monkeypatch.setitem(
+        gpu_check.BY_NAME, "memory_lever_8bit", dataclasses.replace(gpu_check.BY_NAME["memory_lever_8bit"], limit_s=600)
+    )
     argv = ["--device", "cpu", "--out", str(tmp_path), "--only", hung.name, "memory_lever_8bit"]
     code = gpu_check.main([*argv, "--hang", hung.name])
     report = json.loads((tmp_path / "report.json").read_text())
@@ -79,3 +98,10 @@ def test_the_default_run_fits_its_time_budget():
     for with --chapters, have CHAPTER_LIMIT_S each on top)."""
     assert gpu_check.DEFAULT_BUDGET_S < 600
     assert all(c.limit_s <= gpu_check.DEFAULT_BUDGET_S for c in gpu_check.CHECKS if not c.optional)
+
+
+def test_a_check_the_budget_left_unrun_is_not_green(tmp_path, capsys):
+    code = gpu_check.main(["--device", "cpu", "--out", str(tmp_path), "--budget-s", "1", "--only", "memory_snapshot"])
+    assert code == 1 and "not green: memory_snapshot" in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # argparse's one-line error
+        gpu_check.main(["--device", "cpu", "--budget-s", "-1"])

@@ -2,7 +2,9 @@
 
 Each demo prints a few tables and a one-line conclusion, and saves its figures as PNG files in `out` (demo_out/).
 Every number comes from the package (minigpt.formats, precision, memory, train, plan): a demo only calls and shows.
-On the CPU each takes well under a minute; `quick=True` shrinks the sizes (for the tests).
+Each is sized to its point: at the default "lecture" size every demo takes under a minute on a 2-core CPU;
+size="full" runs the longer versions (more steps, the 10m preset where a lecture run uses tiny), and
+size="quick" the tiny sizes the tests use.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from minigpt.demos.toolbox import demo_toolbox
 from minigpt.demos.training import demo_train
 
 # name on the command line -> demo, in the order `minigpt demo all` runs them
-DEMOS: dict[str, Callable[[Path, bool], list[Path]]] = {
+DEMOS: dict[str, Callable[[Path, str], list[Path]]] = {
     "train": demo_train,
     "formats": demo_formats,
     "memory": demo_memory,
@@ -39,12 +41,18 @@ DEMOS: dict[str, Callable[[Path, bool], list[Path]]] = {
     "lora": demo_lora,
 }
 DEMO_CHOICES = (*DEMOS, "all")
+SIZES = ("quick", "lecture", "full")
 
 
-def run_demo(name: str, out: Path = Path("demo_out"), quick: bool = False) -> int:
-    """Run the demo called `name` ("all": every demo in order), saving its figures in `out`; 0 on success."""
+def run_demo(name: str, out: Path = Path("demo_out"), size: str = "lecture") -> int:
+    """Run the demo called `name` ("all": every demo in order), saving its figures in `out`; 0 on success.
+
+    size: "lecture" (the default, each demo under a minute on a 2-core CPU), "full" or "quick" (the tests').
+    """
     if name not in DEMO_CHOICES:
         raise ValueError(f"unknown demo {name!r}; choose one of: {', '.join(DEMO_CHOICES)}")
+    if size not in SIZES:
+        raise ValueError(f"unknown demo size {size!r}; choose one of: {', '.join(SIZES)}")
     try:
         import matplotlib  # noqa: F401
     except ModuleNotFoundError:
@@ -59,7 +67,7 @@ def run_demo(name: str, out: Path = Path("demo_out"), quick: bool = False) -> in
     for demo in DEMOS if name == "all" else [name]:
         print(f"\n{'=' * 20} demo: {demo} {'=' * 20}\n{DEMOS[demo].__doc__.splitlines()[0]}\n")
         t0 = time.perf_counter()
-        DEMOS[demo](out, quick)
+        DEMOS[demo](out, size)
         print(f"({demo}: {time.perf_counter() - t0:.0f} s)")
     if name == "all":
         print(f"\nall demos: {time.perf_counter() - t_all:.0f} s; figures in {out}/")

@@ -29,8 +29,8 @@ METHODS = {
 LEARNING_RATES = {"full fine-tuning": 3e-4, "LoRA r=8": 3e-3, "QLoRA r=8, nf4 base": 3e-3}
 
 
-def _memory(quick: bool) -> dict:
-    preset, batch, ctx = ("tiny", 1, 16) if quick else ("10m", 2, 64)
+def _memory(size: str) -> dict:
+    preset, batch, ctx = {"quick": ("tiny", 1, 16), "lecture": ("tiny", 2, 64), "full": ("10m", 2, 64)}[size]
     cfg = get_config(preset)
     measured = {n: measure(cfg, batch, ctx, "fp32", device=CPU, **lv) for n, lv in METHODS.items()}
     predicted = {n: estimate(cfg, batch, ctx, "fp32", device="cpu", **lv) for n, lv in METHODS.items()}
@@ -55,7 +55,8 @@ def _nf4_table() -> None:
     print("NF4's 16 values:", " ".join(f"{v:+.3f}" for v in NF4_CODE.tolist()))
 
 
-def _fine_tune(quick: bool, folder: Path) -> tuple[dict, dict]:
+def _fine_tune(size: str, folder: Path) -> tuple[dict, dict]:
+    quick = size == "quick"
     stories = token_data(quick)
     recipes = token_data(True) if quick else load_tokens(builtin="recipes")
     common = dict(
@@ -68,9 +69,9 @@ def _fine_tune(quick: bool, folder: Path) -> tuple[dict, dict]:
         verbose=False,
         progress=False,
     )
-    base = TrainConfig(steps=100 if not quick else 3, lr=2e-3, out=str(folder / "base"), **common)
+    base_steps, steps = {"quick": (3, 2), "lecture": (60, 20), "full": (100, 30)}[size]
+    base = TrainConfig(steps=base_steps, lr=2e-3, out=str(folder / "base"), **common)
     train(base, data=stories)
-    steps = 30 if not quick else 2
     start, runs = None, {}
     for i, name in enumerate(METHODS):
         cfg = TrainConfig(
@@ -114,12 +115,12 @@ def _fine_tune(quick: bool, folder: Path) -> tuple[dict, dict]:
     return start, runs
 
 
-def demo_lora(out: Path, quick: bool = False) -> list[Path]:
+def demo_lora(out: Path, size: str = "lecture") -> list[Path]:
     """LoRA and QLoRA: the memory they remove, NF4's 16 values, and a short fine-tuning on a new corpus."""
-    measured = _memory(quick)
+    measured = _memory(size)
     _nf4_table()
     with tempfile.TemporaryDirectory() as tmp:
-        start, runs = _fine_tune(quick, Path(tmp))
+        start, runs = _fine_tune(size, Path(tmp))
 
     plt = pyplot()
     fig, (ax_mem, ax_loss) = plt.subplots(1, 2, figsize=(10, 3.6))

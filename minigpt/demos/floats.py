@@ -23,8 +23,9 @@ from minigpt.formats import (
 from minigpt.style import precision_color
 
 
-def demo_formats(out: Path, quick: bool = False) -> list[Path]:
+def demo_formats(out: Path, size: str = "lecture") -> list[Path]:
     """Range and precision of each float format, bit by bit, and the update that vanishes."""
+    quick = size == "quick"
     print(formats_table())
     names = [n for n in ("fp32", "bf16", "fp16", "fp8 e4m3fn") if n not in missing_formats()]
     rows = []

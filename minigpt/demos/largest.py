@@ -16,8 +16,9 @@ from minigpt.plan_budget import NO_LEVERS, largest
 MIB, GIB = 2**20, 2**30
 
 
-def demo_largest(out: Path, quick: bool = False) -> list[Path]:
+def demo_largest(out: Path, size: str = "lecture") -> list[Path]:
     """Plan the largest model for a budget with every lever and with none, run the first, and compare."""
+    quick = size == "quick"
     budget = 450 * MIB if quick else 1 * GIB
     ctx = 32 if quick else 256
     best = largest(budget, ctx)
@@ -35,8 +36,9 @@ def demo_largest(out: Path, quick: bool = False) -> list[Path]:
             }
         )
     show_table("The largest model of the family in the budget", rows)
-    print(f"Run: {best.command(steps=3 if quick else 5)}\n")
-    run = prove(best, steps=3 if quick else 5)
+    steps = 5 if size == "full" else 3  # the first step is left out of the time per step
+    print(f"Run: {best.command(steps=steps)}\n")
+    run = prove(best, steps=steps)
     show_table(
         "The run, measured by the operating system",
         [

@@ -16,8 +16,9 @@ from minigpt.model import COURSE_PRESETS, get_config
 from minigpt.precision import static_bytes_per_param
 
 
-def demo_memory(out: Path, quick: bool = False) -> list[Path]:
+def demo_memory(out: Path, size: str = "lecture") -> list[Path]:
     """The four costs of a training step, predicted from the config and measured on a real step."""
+    quick = size == "quick"
     show_table("Static memory with AdamW, bytes per parameter", static_table())
     s = default_scale(quick)
     cfg = get_config(s.preset)

@@ -34,18 +34,24 @@ from minigpt.step import forward_backward
 from minigpt.style import precision_color
 
 
-def low_precision_training_scale(quick: bool) -> Scale:
-    """The training runs of the bf16/fp16 demos: the tiny preset on a CPU that emulates bf16 and fp16.
+def low_precision_training_scale(size: str, precision: str) -> Scale:
+    """The training runs of the bf16/fp16 demos: the tiny preset where `precision` would make them slow.
 
-    Without bf16 instructions a 10m bf16 step is ~15x slower than fp32 (a 20-step run takes minutes).
+    Without bf16 instructions a 10m bf16 step is ~15x slower than fp32 (a 20-step run takes minutes). A CPU
+    has no fp16 matmuls of its own, so the fp16 runs are tiny ones unless --full asks for the usual preset.
     """
-    s = default_scale(quick)
-    if quick or device_info(CPU).bf16_is_fast:
+    s = default_scale(size == "quick")
+    if size == "quick":
         return s
-    print(
-        f"\n(this CPU has no bf16 instructions and emulates bf16 and fp16 about 15x slower than fp32: the "
-        f"training runs below use the tiny preset instead of {s.preset})"
-    )
+    if not device_info(CPU).bf16_is_fast:
+        print(
+            f"\n(this CPU has no bf16 instructions and emulates bf16 and fp16 about 15x slower than fp32: the "
+            f"training runs below use the tiny preset instead of {s.preset})"
+        )
+    elif precision == "fp16" and size != "full":
+        print(f"\n(fp16 is slow on a CPU: the training runs below use the tiny preset; --full trains {s.preset})")
+    else:
+        return s
     return dataclasses.replace(s, preset="tiny")
 
 
@@ -53,8 +59,9 @@ def low_precision_training_scale(quick: bool) -> Scale:
 # Mixed precision with autocast
 
 
-def demo_autocast(out: Path, quick: bool = False) -> list[Path]:
+def demo_autocast(out: Path, size: str = "lecture") -> list[Path]:
     """What autocast changes (the matmuls, the activations) and what it keeps (fp32 weights, the loss)."""
+    quick = size == "quick"
     s = default_scale(quick)
     cfg = get_config(s.preset)
     precisions = ("fp32", "bf16", "bf16-pure")
@@ -75,7 +82,7 @@ def demo_autocast(out: Path, quick: bool = False) -> list[Path]:
         ["precision", "weights", "matmul output", "static B/param", "activations MiB (measured)"],
     )
 
-    t = low_precision_training_scale(quick)
+    t = low_precision_training_scale(size, "bf16")
     runs = {p: short_training_run(t, quick, precision=p) for p in precisions}
     base = runs["fp32"].losses
     rows = [
@@ -130,8 +137,9 @@ def demo_autocast(out: Path, quick: bool = False) -> list[Path]:
 # fp16 and the GradScaler
 
 
-def demo_scaler(out: Path, quick: bool = False) -> list[Path]:
+def demo_scaler(out: Path, size: str = "lecture") -> list[Path]:
     """fp16 gradients underflow to zero; scaling the loss moves them into fp16's range."""
+    quick = size == "quick"
     facts = {r["name"]: r for r in format_rows()}
     fp16 = facts["fp16"]
     show_table(
@@ -166,7 +174,7 @@ def demo_scaler(out: Path, quick: bool = False) -> list[Path]:
         ["loss scale", "% flushed to 0", "% subnormal", "% overflow to inf"],
     )
 
-    t = low_precision_training_scale(quick)
+    t = low_precision_training_scale(size, "fp16")
     runs = {p: short_training_run(t, quick, precision=p) for p in ("fp32", "fp16")}
     history = runs["fp16"].history
     every = max(1, len(history) // 6)

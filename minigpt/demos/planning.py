@@ -13,8 +13,9 @@ from minigpt.model import PRESETS
 from minigpt.plan import compare_with_rules_of_thumb, plan, recommended_table
 
 
-def demo_plan(out: Path, quick: bool = False) -> list[Path]:
+def demo_plan(out: Path, size: str = "lecture") -> list[Path]:
     """The planner's choices for each preset on common hardware, and why, against the rules of thumb."""
+    quick = size == "quick"
     t4 = plan("125m", "t4", PRESETS["125m"].ctx, 128)
     print(t4.explain())
     hardware = ("cpu", "t4") if quick else ("cpu", "mps", "t4", "a100-80")

@@ -17,8 +17,9 @@ STATES = ("weights", "gradients", "optimizer")
 STATE_COLORS = dict(zip(STATES, (PRECISION_COLORS["fp32"], MODE_COLORS["full"], PRECISION_COLORS["bf16"])))
 
 
-def demo_sharding(out: Path, quick: bool = False) -> list[Path]:
+def demo_sharding(out: Path, size: str = "lecture") -> list[Path]:
     """Per-process memory of DDP, ZeRO-1 and FSDP: predicted for 1-8 processes, measured on 2."""
+    quick = size == "quick"
     preset = "tiny" if quick else "10m"
     cfg, precision, world = get_config(preset), "fp32", 2
     rows = []

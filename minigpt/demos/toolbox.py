@@ -30,10 +30,12 @@ LEVERS = {  # each lever alone on top of autocast and checkpointing, then all fo
 LEVERS["all four"] = {k: v for extra in LEVERS.values() for k, v in extra.items()}
 
 
-def _sizes(quick: bool) -> tuple[ModelConfig, int, int]:
+def _sizes(size: str) -> tuple[ModelConfig, int, int]:
     """A narrow model with the course's 8192-token vocabulary (the head is then a large share), batch, ctx."""
-    if quick:
+    if size == "quick":
         return ModelConfig(n_layer=2, n_head=2, n_embd=64, ctx=64), 1, 64
+    if size == "lecture":  # the same shape with fewer tokens: the head's share is the same, the meter twice as fast
+        return ModelConfig(n_layer=4, n_head=4, n_embd=256, ctx=128), 2, 128
     return ModelConfig(n_layer=4, n_head=4, n_embd=256, ctx=128), 4, 128
 
 
@@ -51,12 +53,13 @@ def _moments(cfg: ModelConfig, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
     return m, v
 
 
-def demo_toolbox(out: Path, quick: bool = False) -> list[Path]:
+def demo_toolbox(out: Path, size: str = "lecture") -> list[Path]:
     """Chunked loss, 8-bit AdamW, the step in backward and offloading: each term measured and predicted."""
+    quick = size == "quick"
     settings = chapter_settings("small")
     device = settings.device
     precision = settings.precision if settings.precision != "fp16" else "fp32"  # the step in backward refuses fp16
-    cfg, batch, ctx = _sizes(quick)
+    cfg, batch, ctx = _sizes(size)
     earlier = dict(precision=precision, checkpointing="full")
     print(
         f"{count_params(cfg) / 1e6:.1f}M parameters (vocabulary {cfg.vocab_size}), batch {batch} x ctx {ctx}, "

@@ -11,9 +11,10 @@ from pathlib import Path
 from minigpt.demos.common import Scale, conclude, pyplot, save_figure, short_training_run, show_table
 
 
-def demo_train(out: Path, quick: bool = False) -> list[Path]:
+def demo_train(out: Path, size: str = "lecture") -> list[Path]:
     """The 10m GPT trains on the built-in stories: the loss falls, tokens/s, and what it writes after."""
-    s = Scale("tiny", 2, 32, 6, 2) if quick else Scale("10m", 8, 64, 80, 4)
+    quick = size == "quick"
+    s = Scale("tiny", 2, 32, 6, 2) if quick else Scale("10m", 8, 64, 80 if size == "full" else 40, 4)
     run = short_training_run(s, quick, lr=4e-3, sample_tokens=40, eval_every=s.steps // 2)
     losses, summary, vocab = run.losses, run.summary(), run.model.cfg.vocab_size
     guessing = math.log(vocab)  # the loss of a uniform guess over the vocabulary

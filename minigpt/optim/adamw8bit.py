@@ -24,14 +24,20 @@ optimizer step the memory the codes saved).
 The fused pass (AdamW8bit(compile=True), which --compile turns on). Eagerly, a chunk's update is some twenty
 passes over fp32 tensors: decode m and v, update them and the weight, encode them again. fused_update_ writes
 the same formulas as one function of a chunk viewed as [blocks, BLOCK]; torch.compile (inductor, C++ on a
-CPU) turns it into a few loops over the blocks in which each block's largest |m| and |v| (its new scale) is
-reduced next to the arithmetic, reading the codes, the weight and the gradient and writing them back, with
-only a chunk's fp32 v between loops. It compiles once per parameter dtype, at the first step (seconds; the
+CPU) turns it into three loops over the chunk's blocks: the first takes each block's largest |m| (m's new
+scale, recomputing m from its codes and the gradient), the second updates m, v and the weight, writes m's
+codes and takes each block's largest sqrt(v), keeping sqrt(v) in a chunk-long fp32 buffer, and the third
+writes v's codes from it. Much of the loops' time goes to square roots and divisions (a CPU's divider takes
+several cycles for one vector of them, where it does several multiplications each cycle), so the pass is
+written to need few: three square roots and one division a value (sqrt(v) once, m's code, v's code from
+sqrt(v)) where the eager formulas take four square roots, and no division per vector by a block's scale
+(see fused_update_ and _decode for how). It compiles once per parameter dtype, at the first step (seconds; the
 number of blocks is a dynamic size and the hyperparameters a tensor, so no later step compiles again); a last
-block that is not whole, and tensors with fp32 moments, take the eager path. Its results are the eager
-path's within a few fp32 ulps, not bitwise: eager uses fused multiply-adds (lerp, addcmul) and an inexact
-vectorized sqrt, the compiled pass takes v's code from sqrt(v) (one square root fewer), and a code can then
-differ by one where its value lies on a rounding tie (tests/test_optim.py derives the tolerance).
+block that is not whole, and tensors with fp32 moments, take the eager path. Its results are the eager path's
+within a few fp32 ulps, not bitwise (eager rounds differently: fused multiply-adds, divisions where the pass
+multiplies by a reciprocal, an inexact vectorized sqrt, the scale of v as the largest v where the pass squares
+the largest sqrt(v)), and a code can then differ by one where its value lies on a rounding tie
+(tests/test_optim.py derives the tolerance).
 """
 
 from __future__ import annotations
@@ -191,18 +197,9 @@ def _decode(codes: torch.Tensor, scales: torch.Tensor, code: PowerCode) -> torch
     x = codes.float()
     for _ in range(code.square_roots):
         x = x * (x.abs() if code.dtype.is_signed else x)
-    return x * (scales / code.levels**code.power)[:, None]
-
-
-def _encode_(x: torch.Tensor, code: PowerCode, codes: torch.Tensor, scales: torch.Tensor) -> None:
-    """quantize_'s arithmetic on a [blocks, BLOCK] fp32 tensor: its scales and codes written in place."""
-    absmax = torch.maximum(x.amax(dim=1), x.amin(dim=1).neg())
-    scales.copy_(absmax)
-    y = x.abs() * absmax.clamp_min(torch.finfo(torch.float32).tiny).reciprocal()[:, None]
-    for _ in range(code.square_roots):
-        y = y.sqrt()
-    y = (y * code.levels).round()
-    codes.copy_(y.copysign(x) if code.dtype.is_signed else y)
+    # times the constant 1 / levels**power, where dequantize divides by it: within an ulp of it, and a compiled loop
+    # then holds no division per vector (its per-block scalars are recomputed in the loop, not hoisted out of it)
+    return x * (scales * (1.0 / code.levels**code.power))[:, None]
 
 
 def fused_update_(
@@ -213,27 +210,38 @@ def fused_update_(
     v_codes: torch.Tensor,
     v_scales: torch.Tensor,
     hyper: torch.Tensor,
-) -> None:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The whole 8-bit AdamW update of whole blocks, written for torch.compile to make into one pass.
 
     Every tensor but the scales is a [blocks, BLOCK] view (param and grad of any float dtype); `hyper` holds
-    hyper_parameters' seven numbers. dequantize, adamw_update_ and quantize_'s formulas, with fewer roundings
-    (see the module docstring): the same results within a few fp32 ulps.
+    hyper_parameters' seven numbers. dequantize, adamw_update_ and quantize_'s formulas, with other roundings
+    (see the module docstring): the same results within a few fp32 ulps. Returns the blocks' 1 / scale of m and
+    of sqrt(v), which the caller drops: as outputs, inductor computes them once a block into a small buffer,
+    where otherwise its loops would divide once per vector of 16 values (a division costs about as much as a
+    square root, and those take much of the loops' time).
     """
+    tiny = torch.finfo(torch.float32).tiny
     m, v = _decode(m_codes, m_scales, M_CODE), _decode(v_codes, v_scales, V_CODE)
     g = grad.float()
     p = param.float() * hyper[0]  # decoupled weight decay
     m = m + hyper[1] * (g - m)  # m = beta1 m + (1 - beta1) g
-    v = v * hyper[2] + hyper[3] * g * g  # v = beta2 v + (1 - beta2) g^2
-    root = v.sqrt()
+    # v = beta2 v + (1 - beta2) g^2 is used only through its square root: so inductor keeps sqrt(v), not v, between
+    # its loops, and no loop takes that square root again
+    root = (v * hyper[2] + hyper[3] * g * g).sqrt()
     param.copy_(p + (hyper[6] * m) / (root * hyper[4] + hyper[5]))  # the copy casts to a 16-bit param's dtype
-    _encode_(m, M_CODE, m_codes, m_scales)
-    # v's code from sqrt(v), which the update took anyway: (v / s) ** (1/4) = sqrt(sqrt(v) / sqrt(s)), one square
-    # root a value fewer (v >= 0: its largest |v| is its largest v)
-    largest = v.amax(dim=1)
-    v_scales.copy_(largest)
-    y = (root * largest.clamp_min(torch.finfo(torch.float32).tiny).rsqrt()[:, None]).sqrt()
-    v_codes.copy_((y * V_CODE.levels).round())
+    # m's code: round(127 * sign(m) * sqrt(|m| / scale)), its scale the block's largest |m|
+    m_scale = m.abs().amax(dim=1)
+    m_inverse = m_scale.clamp_min(tiny).reciprocal()
+    m_codes.copy_((m.abs() * m_inverse[:, None]).sqrt().mul(M_CODE.levels).round().copysign(m))
+    m_scales.copy_(m_scale)
+    # v's code from sqrt(v): (v / s) ** (1/4) = sqrt(sqrt(v) / sqrt(s)), and sqrt(s) is the block's largest sqrt(v)
+    # (sqrt is monotonic and correctly rounded, so the largest root is the root of the largest v): one square root
+    # a value. The scale s (v >= 0: its largest |v| is its largest v) is that largest root squared.
+    root_max = root.amax(dim=1)
+    v_inverse = root_max.clamp_min(tiny).reciprocal()
+    v_codes.copy_((root * v_inverse[:, None]).sqrt().mul(V_CODE.levels).round())
+    v_scales.copy_(root_max * root_max)
+    return m_inverse, v_inverse
 
 
 def hyper_parameters(step: int, lr: float, betas: tuple[float, float], eps: float, weight_decay: float) -> list:
@@ -313,9 +321,9 @@ class AdamW8bit(torch.optim.Optimizer):
                 state["step"] += 1
                 todo.append((p, state, group))
         if todo:
-            buffers = self._buffers(todo)
+            buffers, numbers = self._buffers(todo), {}
             for p, state, group in todo:
-                self._update(p, state, group, buffers)
+                self._update(p, state, group, buffers, numbers)
         return loss
 
     def _buffers(self, todo: list) -> list[torch.Tensor]:
@@ -334,7 +342,13 @@ class AdamW8bit(torch.optim.Optimizer):
             return min(p.numel(), 2 * BLOCK - 1)
         return min(self.chunk, p.numel())
 
-    def _update(self, p: torch.Tensor, state: dict, group: dict, buffers: list[torch.Tensor]) -> None:
+    def _update(
+        self, p: torch.Tensor, state: dict, group: dict, buffers: list[torch.Tensor], numbers: dict[tuple, torch.Tensor]
+    ) -> None:
+        """One parameter's update: eagerly, or (compiled) its whole blocks by the fused pass, a chunk a call.
+
+        `numbers`: this step's hyperparameter tensors by their values, shared by the parameters whose numbers are
+        the same (a group's, at one step count): one small tensor a step, not one a parameter."""
         hyper = dict(step=state["step"], lr=group["lr"], betas=group["betas"], eps=group["eps"])
         hyper["weight_decay"] = group["weight_decay"]
         if not (self.compile and "exp_avg_codes" in state):
@@ -342,22 +356,26 @@ class AdamW8bit(torch.optim.Optimizer):
                 self._eager_chunk(p, state, hyper, buffers, start, min(start + self.chunk, p.numel()))
             return
         # the numbers as a tensor: torch.compile would make floats constants and compile again for each lr
-        numbers = torch.tensor(hyper_parameters(**hyper), dtype=torch.float32, device=p.device)
-        whole = p.numel() // BLOCK * BLOCK  # the last block, if partial, goes the eager way
-        for start in range(0, whole, self.chunk):
-            end = min(start + self.chunk, whole)
-            if end - start < 2 * BLOCK:  # one block: torch.compile would compile a shape for it alone
-                self._eager_chunk(p, state, hyper, buffers, start, end)
+        key = (p.device, *hyper_parameters(**hyper))
+        if key not in numbers:
+            numbers[key] = torch.tensor(key[1:], dtype=torch.float32, device=p.device)
+        whole = p.numel() // BLOCK  # whole blocks; the last block, if partial, goes the eager way
+        # [blocks, BLOCK] views of the whole blocks, sliced a chunk at a time
+        rows = [t.view(-1)[: whole * BLOCK].view(-1, BLOCK) for t in (p, p.grad, state["exp_avg_codes"])]
+        rows += [state["exp_avg_scales"], state["exp_avg_sq_codes"][: whole * BLOCK].view(-1, BLOCK)]
+        rows.append(state["exp_avg_sq_scales"])
+        step = self.chunk // BLOCK
+        for first in range(0, whole, step):
+            last = min(first + step, whole)
+            if last - first < 2:  # one block: torch.compile would compile a shape for it alone
+                self._eager_chunk(p, state, hyper, buffers, first * BLOCK, last * BLOCK)
                 continue
-            blocks = slice(start // BLOCK, end // BLOCK)
-            rows = [t.view(-1)[start:end].view(-1, BLOCK) for t in (p, p.grad, state["exp_avg_codes"])]
-            rows += [state["exp_avg_scales"][blocks], state["exp_avg_sq_codes"][start:end].view(-1, BLOCK)]
-            rows.append(state["exp_avg_sq_scales"][blocks])
-            for t in rows:
+            chunk = [t[first:last] for t in rows]
+            for t in chunk:
                 torch._dynamo.maybe_mark_dynamic(t, 0)  # any number of blocks: one compile per dtype
-            compiled_update()(*rows, numbers)
-        if whole < p.numel():
-            self._eager_chunk(p, state, hyper, buffers, whole, p.numel())
+            compiled_update()(*chunk, numbers[key])
+        if whole * BLOCK < p.numel():
+            self._eager_chunk(p, state, hyper, buffers, whole * BLOCK, p.numel())
 
     def _eager_chunk(
         self, p: torch.Tensor, state: dict, hyper: dict, buffers: list[torch.Tensor], start: int, end: int
