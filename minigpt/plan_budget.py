@@ -83,8 +83,8 @@ def all_levers(precisions: list[str], fine_tune: bool = False) -> list[Levers]:
     """Every combination the engine can run. bf16-pure without master weights is left out: without stochastic
     rounding it loses every update smaller than half a bf16 step (chapter 1's lost update).
 
-    fine_tune: also LoRA (rank LORA_RANK) on each base dtype, with AdamW and no other lever (the combinations
-    minigpt.memory predicts: a LoRA step with checkpointing is trained, but not predicted yet).
+    fine_tune: also LoRA (rank LORA_RANK) on each base dtype, with AdamW, in every checkpointing mode, with and
+    without the chunked loss (the levers minigpt.memory predicts for a LoRA step).
     """
     combos = []
     for precision, optimizer, in_backward, mode, chunks, offload in itertools.product(
@@ -95,8 +95,13 @@ def all_levers(precisions: list[str], fine_tune: bool = False) -> list[Levers]:
         combos.append(Levers(precision, precision == "bf16-pure", optimizer, in_backward, mode, chunks, offload))
     if fine_tune:
         bases = [b for b in ("fp32", "bf16", "int8", "nf4") if b != "bf16" or "bf16" in precisions]
-        for precision, base in itertools.product([p for p in precisions if p != "bf16-pure"], bases):
-            combos.append(Levers(precision, lora_rank=LORA_RANK, base_dtype=base))
+        lora_precisions = [p for p in precisions if p != "bf16-pure"]
+        for precision, base, mode, chunks in itertools.product(
+            lora_precisions, bases, CHECKPOINTING_MODES, (1, LOSS_CHUNKS)
+        ):
+            combos.append(
+                Levers(precision, checkpointing=mode, loss_chunks=chunks, lora_rank=LORA_RANK, base_dtype=base)
+            )
     return combos
 
 

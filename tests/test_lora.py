@@ -2,6 +2,7 @@
 a LoRA step is predicted to the byte (static terms, activations) and within 1% (every moment of the step)."""
 
 import functools
+import itertools
 
 import numpy as np
 import pytest
@@ -272,11 +273,140 @@ def test_lora_on_10m_meets_the_issues_static_targets():
     assert 0.7 * full.activations < lora_fp32.activations < full.activations
 
 
+@pytest.fixture
+def one_thread():
+    """One torch thread for the grid (conftest sets two): on a 2-core machine two threads fight pytest and the
+    kernel, and a metered step takes 3-10x as long. A bf16 matmul's scratch also depends on the thread count."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def matmul_scratch(shapes: list[tuple[int, int, int]], dtype: torch.dtype = torch.bfloat16) -> int:
+    """The most bytes one CPU matmul (M x K) @ (K x N) allocates inside itself, beyond its output, over `shapes`.
+
+    In bf16 that is oneDNN's packed copies of its inputs: 25,600 bytes for (64 x 64) @ (64 x 192) on one thread,
+    41,984 with K = 192, more on two threads (67,200); fp32 matmuls make none. No estimator models it: it depends
+    on the CPU's kernels and the thread count, not on the model.
+    """
+    worst = 0
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+        with torch.profiler.profile(profile_memory=True) as prof:
+            out = a @ b
+        allocated, peak = 0, 0
+        for event in sorted(prof.profiler.kineto_results.events(), key=lambda e: e.start_ns()):
+            if event.name() == "[memory]":
+                allocated += event.nbytes()
+                peak = max(peak, allocated)
+        worst = max(worst, peak - out.numel() * out.element_size())
+    return worst
+
+
+def block_matmuls(cfg: ModelConfig, tokens: int, rank: int) -> list[tuple[int, int, int]]:
+    """(M, K, N) of every matmul a LoRA block runs: each layer's forward and input gradient, its adapter's."""
+    shapes = []
+    for out, inp in linear_shapes(cfg).values():
+        shapes += [(tokens, inp, out), (tokens, out, inp), (tokens, inp, rank), (tokens, rank, out)]
+        shapes += [(tokens, out, rank), (tokens, rank, inp), (rank, tokens, inp), (out, tokens, rank)]
+    return shapes
+
+
+def check_against_the_meter(
+    meas: memory.MemoryBreakdown, pred: memory.MemoryBreakdown, tolerance: float = 0.01, scratch: int = 0
+):
+    """Static terms and activations to the byte; every moment of the step, and so the peak, within `tolerance`.
+
+    `scratch`: what a matmul may allocate inside itself that no estimator sees (matmul_scratch): the measurement
+    may be above the prediction by that much more, never below it by more than `tolerance`.
+    """
+    assert (pred.weights, pred.gradients, pred.optimizer) == (meas.weights, meas.gradients, meas.optimizer)
+    assert pred.activations == meas.activations
+    assert set(pred.moments) == set(meas.moments)
+    for moment, value in [*meas.moments.items(), ("peak", meas.peak)]:
+        predicted = pred.peak if moment == "peak" else pred.moments[moment]
+        assert -tolerance * value - scratch <= predicted - value <= tolerance * value, (moment, predicted, value)
+
+
+def recipe(preset: str, precision: str, mode: str, dropout: bool, norms: bool, emb: bool, base: str, **kw) -> tuple:
+    """measure()'s and estimate()'s breakdowns of one LoRA step (rank 4 on every layer unless `kw` says)."""
+    batch, ctx = {"tiny": (2, 32), "10m": (1, 64)}[preset]
+    cfg = get_config(preset, dropout=0.1) if dropout else get_config(preset)
+    lora_kw = dict(lora_rank=4, lora_targets="all", base_dtype=base, train_norms=norms, train_embedding=emb, **kw)
+    meas = memory.measure(cfg, batch, ctx, precision, mode, **lora_kw)
+    return meas, memory.estimate(cfg, batch, ctx, precision, mode, device="cpu", **lora_kw)
+
+
+def bf16_scratch(preset: str) -> int:
+    """matmul_scratch over the blocks' bf16 matmuls of recipe()'s step on `preset`, at this thread count."""
+    batch, ctx = {"tiny": (2, 32), "10m": (1, 64)}[preset]
+    return matmul_scratch(block_matmuls(get_config(preset), batch * ctx, 4))
+
+
+def grid_misses(precision: str, mode: str, dropouts: list[bool]) -> list[str]:
+    """The recipes of one precision and mode (dropout, trained norms and embedding, every base) that miss."""
+    scratch = bf16_scratch("tiny") if precision == "bf16" else 0
+    misses = []
+    for dropout, norms, emb, base in itertools.product(dropouts, [False, True], [False, True], BASE_DTYPES):
+        try:
+            check_against_the_meter(*recipe("tiny", precision, mode, dropout, norms, emb, base), scratch=scratch)
+        except AssertionError as miss:
+            misses.append(f"dropout={dropout} norms={norms} embedding={emb} base={base}: {miss}")
+    return misses
+
+
+@pytest.mark.parametrize("mode", CHECKPOINTING_MODES)
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_every_lora_recipe_is_predicted_to_the_byte_and_its_moments_within_1_percent(precision, mode, one_thread):
+    """The whole grid training accepts: each checkpointing mode with dropout, trained norms and embedding, on every
+    base (one test per precision and mode, its 32 recipes in a loop: each a short step on tiny, a tenth of a second
+    on one thread). Selective checkpointing with dropout in bf16 is the test below.
+
+    bf16: the moments may also be above the prediction by the largest scratch one bf16 matmul of a block makes
+    inside itself, measured here on lone matmuls of the block's shapes (41,984 bytes on one thread on this machine,
+    1.6% of the smallest bf16 "backward: blocks" of the grid, 2,676,492; on 10m's 1 x 64 step 82,944, 0.2%). The
+    misses are within it: at most -41,744 bytes, in full checkpointing on an fp32 base, where a
+    (64 x 192) @ (192 x 64) matmul sets the peak."""
+    dropouts = [False] if (mode, precision) == ("selective", "bf16") else [False, True]
+    misses = grid_misses(precision, mode, dropouts)
+    assert not misses, "\n".join(misses)
+
+
+@pytest.mark.xfail(strict=True, reason="selective checkpointing with dropout: the recomputed attention not derived")
+def test_selective_checkpointing_with_dropout_in_bf16_is_predicted(one_thread):
+    """A known miss: "backward: blocks" is under by up to 82,168 bytes (3%) in bf16 (in fp32 by one (N, C) on an
+    fp32 or nf4 base, 16,384-18,448 bytes: within 1%, not to the byte). CPU attention with dropout takes the math
+    path, whose bmm outputs selective keeps and whose softmax and mask it recomputes: not yet derived."""
+    misses = grid_misses("bf16", "selective", [True])
+    assert not misses, "\n".join(misses)
+
+
+@pytest.mark.parametrize("mode", CHECKPOINTING_MODES)
+def test_the_chunked_loss_with_lora_is_predicted(mode, one_thread):
+    """The planner's other lever for a LoRA step: the loss in chunks (its input is kept, whether the embedding
+    trains or not)."""
+    meas_pred = recipe("tiny", "bf16", mode, False, False, False, "nf4", loss_chunks=4)
+    check_against_the_meter(*meas_pred, scratch=bf16_scratch("tiny"))
+
+
+def test_qloras_everyday_recipe_on_10m_is_predicted(one_thread):
+    """10m, whose blocks' backward is the peak once the logits are checkpointed away: recomputing a block unpacks
+    its quantized weights again, beside the residual stream's gradient and the generator's saved state."""
+    check_against_the_meter(*recipe("10m", "bf16", "full", True, True, True, "nf4"), scratch=bf16_scratch("10m"))
+
+
 def test_settings_the_lora_prediction_does_not_cover_are_said_so():
-    with pytest.raises(ValueError, match="without checkpointing"):
-        memory.estimate(get_config("tiny"), 2, 32, checkpointing="full", lora_rank=4)
-    with pytest.raises(ValueError, match="other levers"):
+    with pytest.raises(ValueError, match="not yet with --optimizer adamw8bit"):
         memory.estimate(get_config("tiny"), 2, 32, optimizer="adamw8bit", lora_rank=4)
+
+
+def test_memory_predicts_a_checkpointed_qlora_step(capsys):
+    from minigpt.cli import main
+
+    flags = ["--lora-rank", "4", "--base-dtype", "nf4", "--checkpointing", "full", "--train-norms"]
+    assert main(["memory", "--preset", "tiny", "--batch", "1", "--ctx", "16", *flags]) == 0
+    assert "peak" in capsys.readouterr().out
 
 
 def test_the_frozen_base_is_unpacked_one_layer_at_a_time():

@@ -65,7 +65,7 @@ def _block_rows(cfg: ModelConfig, ctx: int, w: Widths, device: str) -> list[tupl
     # (on CUDA in fp32 the memory-efficient attention kernel already writes its output in (B, T, heads,
     # head_dim) order, so the transpose is a view and proj's input is the attention output: no copy)
     if cfg.dropout > 0:
-        rows.append(("attention residual dropout mask", _mask_bytes(a, device) * C, 0))
+        rows.append(("attention residual dropout mask", mask_bytes(a, device) * C, 0))
     gate_up = ", cast twice by autocast (gate and up each)" if w.autocast else " (shared by gate and up)"
     rows += [
         (f"mlp_norm: {x32.replace('input', 'residual after attention')}", 4 * C, 0),
@@ -78,11 +78,11 @@ def _block_rows(cfg: ModelConfig, ctx: int, w: Widths, device: str) -> list[tupl
         ("SiLU(gate) * up: down's input", a * H, 0),
     ]
     if cfg.dropout > 0:
-        rows.append(("MLP dropout mask", _mask_bytes(a, device) * C, 0))
+        rows.append(("MLP dropout mask", mask_bytes(a, device) * C, 0))
     return rows
 
 
-def _mask_bytes(value_bytes: int, device: str) -> int:
+def mask_bytes(value_bytes: int, device: str) -> int:
     """A dropout mask: CUDA's fused kernel keeps a bool per value; elsewhere it has the input's dtype."""
     return 1 if device == "cuda" else value_bytes
 
@@ -111,7 +111,7 @@ def _outside_rows(cfg: ModelConfig, w: Widths, device: str, loss_chunks: int = 1
     C, a = cfg.n_embd, w.compute
     rows = [("token ids, int64 (saved by the embedding)", 8, 0)]
     if cfg.dropout > 0:
-        rows.append(("embedding dropout mask", _mask_bytes(w.residual, device) * C, 0))
+        rows.append(("embedding dropout mask", mask_bytes(w.residual, device) * C, 0))
     return rows + [
         ("final_norm: input, fp32 (the last block's output, or its fp32 copy)", 4 * C, 0),
         ("final_norm: 1/rms", 4, 0),

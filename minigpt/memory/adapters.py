@@ -15,12 +15,12 @@ again in the backward, one layer at a time (they show as weight_copies).
 from __future__ import annotations
 
 from minigpt.lora import parse_targets
-from minigpt.memory.breakdown import MemoryBreakdown, Widths, check_mode, check_shape, device_type, widths
-from minigpt.memory.loss_head import loss_head_bytes, loss_head_rows
+from minigpt.memory.activations import mask_bytes, selective_rows
+from minigpt.memory.breakdown import Widths, device_type
+from minigpt.memory.loss_head import loss_head_rows
 from minigpt.model import ModelConfig
-from minigpt.optim import FUSED_ADAMW_DEVICES
-from minigpt.precision import normalize_precision
 from minigpt.quantize import block_size, quantized_bytes
+from minigpt.recompute import sqrt_segments
 
 
 def linear_shapes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
@@ -80,22 +80,42 @@ def unpack_bytes(shape: tuple[int, int], base_dtype: str, quant_block: int, comp
     return max(8 * n, 4 * n + cast), cast or 4 * n
 
 
-def lora_activation_rows(cfg: ModelConfig, batch: int, ctx: int, w: Widths, rank: int, targets: str) -> list[dict]:
-    """Every tensor a LoRA step's forward keeps for backward (activation_table's format), frozen norms and embedding.
+def lora_activation_rows(
+    cfg: ModelConfig,
+    batch: int,
+    ctx: int,
+    w: Widths,
+    rank: int,
+    targets: str,
+    mode: str = "none",
+    device: str = "cpu",
+    *,
+    train_norms: bool = False,
+    train_embedding: bool = False,
+    loss_chunks: int = 1,
+) -> list[dict]:
+    """Every tensor a LoRA step's forward keeps for backward, one row each (activation_table's format).
 
-    A frozen linear keeps nothing (dx = dy @ W needs no x); lm_head, tied to the frozen embedding, keeps no input.
-    The first block's input comes from the frozen embedding and needs no gradient: there, nothing before the
-    first adapted layer needs one, so nothing before it is kept (its attention norm never keeps anything).
+    A frozen linear keeps nothing (dx = dy @ W needs no x); lm_head, tied to the embedding, keeps its input only
+    when the embedding trains. The first block's input needs a gradient only then (or from dropout's mask on
+    it, never): without it, nothing before the first adapted layer or trained gain keeps anything.
+    Checkpointing keeps what it keeps in full training: each block's or segment's input, or (selective) the
+    outputs of every matmul, the frozen ones and the adapters' two, and of attention.
     """
-    names = parse_targets(targets)
-    first = _block_rows(cfg, ctx, w, rank, names, first_block=True)
-    later = _block_rows(cfg, ctx, w, rank, names, first_block=False)
-    outside = [("final_norm: input, fp32", 4 * cfg.n_embd, 0), ("final_norm: 1/rms", 4, 0), *loss_head_rows(cfg)]
-    groups = [
-        ("first block", 1, first),
-        ("each later block", cfg.n_layer - 1, later),
-        ("outside the blocks", 1, outside),
-    ]
+    names, dev = parse_targets(targets), device_type(device)
+    norms = dict(train_norms=train_norms)
+    if mode == "none":
+        first = _block_rows(cfg, ctx, w, rank, names, dev, input_grad=train_embedding, **norms)
+        later = _block_rows(cfg, ctx, w, rank, names, dev, input_grad=True, **norms)
+        groups = [("first block", 1, first), ("each later block", cfg.n_layer - 1, later)]
+    elif mode == "selective":
+        groups = [("each block", cfg.n_layer, lora_selective_rows(cfg, ctx, w, rank, names, dev))]
+    else:
+        part, count = (
+            ("each block", cfg.n_layer) if mode == "full" else ("each segment", len(sqrt_segments(cfg.n_layer)))
+        )
+        groups = [(part, count, [(f"{part[5:]} input (kept by checkpoint)", w.residual * cfg.n_embd, 0)])]
+    groups.append(("outside the blocks", 1, _outside_rows(cfg, w, dev, train_norms, train_embedding, loss_chunks)))
     tokens = batch * ctx
     return [
         {"part": part, "tensor": name, "per_token": p, "fixed": f, "count": n, "bytes": n * (p * tokens + f)}
@@ -104,47 +124,100 @@ def lora_activation_rows(cfg: ModelConfig, batch: int, ctx: int, w: Widths, rank
     ]
 
 
-def _first_block_inputs(targets: str) -> list[str]:
-    """The adapted layers of the first block whose input needs no gradient: those before any adapter."""
-    names = parse_targets(targets)
-    before = {"qkv": (), "proj": ("qkv",), "gate": ("qkv", "proj"), "up": ("qkv", "proj"), "down": tuple(names)}
-    return [n for n in names if not any(m in names for m in before[n] if m != n)]
+def _outside_rows(
+    cfg: ModelConfig, w: Widths, device: str, train_norms: bool, train_embedding: bool, loss_chunks: int
+) -> list[tuple[str, int, int]]:
+    """What the embedding, the final norm, lm_head and the loss keep: the embedding's part only when it trains,
+    lm_head's input when its (tied) weight trains or the loss is chunked."""
+    C = cfg.n_embd
+    rows = []
+    if train_embedding:
+        rows.append(("token ids, int64 (saved by the embedding)", 8, 0))
+        if cfg.dropout > 0:
+            rows.append(("embedding dropout mask", mask_bytes(w.residual, device) * C, 0))
+    rows += [("final_norm: input, fp32", 4 * C, 0), ("final_norm: 1/rms", 4, 0)]
+    if train_norms:
+        rows.append(("final_norm: x/rms, for its trained gain", w.residual * C, 0))
+    if train_embedding or loss_chunks > 1:  # the chunked loss keeps its input whether the weight trains or not
+        cast = ", cast by autocast" if w.autocast else ""
+        rows.append((f"lm_head input: final_norm's output{cast}", w.compute * C, 0))
+    return rows + loss_head_rows(cfg, loss_chunks)
+
+
+def _norm_rows(name: str, input_grad: bool, trained: bool, w: Widths, C: int) -> list[tuple[str, int, int]]:
+    """What an RMSNorm keeps: its fp32 input and 1/rms when its input needs a gradient, x/rms when its gain trains."""
+    rows = [(f"{name}: input, fp32", 4 * C, 0), (f"{name}: 1/rms", 4, 0)] if input_grad else []
+    return rows + ([(f"{name}: x/rms, for its trained gain", w.residual * C, 0)] if trained else [])
+
+
+def _adapter_rows(name: str, x: str, per_token: int, w: Widths, rank: int) -> list[tuple[str, int, int]]:
+    """An adapter keeps its input (for A's gradient) and x @ A^T * scale (for B's)."""
+    return [(f"{name} adapter input: {x}", per_token, 0), (f"{name} adapter: x @ A^T * scale", w.compute * rank, 0)]
+
+
+def _input_grads(names: tuple[str, ...], input_grad: bool, train_norms: bool) -> dict[str, bool]:
+    """Whether each adapted layer's input needs a gradient in a block: it does when anything before it does (an
+    adapter, a trained gain, or the block's input)."""
+    attention = input_grad or train_norms or "qkv" in names
+    residual = attention or "proj" in names
+    mlp = residual or train_norms or "gate" in names or "up" in names
+    needs = {
+        "qkv": input_grad or train_norms,
+        "proj": attention,
+        "gate": residual or train_norms,
+        "up": residual or train_norms,
+        "down": mlp,
+    }
+    return {n: needs[n] for n in names}
 
 
 def _block_rows(
-    cfg: ModelConfig, ctx: int, w: Widths, rank: int, names: tuple[str, ...], first_block: bool
+    cfg: ModelConfig,
+    ctx: int,
+    w: Widths,
+    rank: int,
+    names: tuple[str, ...],
+    device: str,
+    input_grad: bool,
+    train_norms: bool,
 ) -> list[tuple[str, int, int]]:
-    """(tensor, bytes per token, fixed bytes) of what one block keeps, read next to model.Block and lora.LoRALinear."""
+    """(tensor, bytes per token, fixed bytes) of what one block keeps, read next to model.Block and lora.LoRALinear.
+
+    `input_grad`: whether the block's input needs a gradient (every block's but the first, unless the embedding
+    trains). A tensor needs one when anything before it does: an adapter, a trained gain, or the input.
+    """
     C, H, nh, hd, a = cfg.n_embd, cfg.mlp_hidden, cfg.n_head, cfg.head_dim, w.compute
     cast = ", cast to 16 bits" if w.autocast else ""
-    # which tensors need a gradient: after the first block, all; in it, only what an adapter feeds
-    needs_grad = not first_block
-    attention = needs_grad or "qkv" in names  # q, k, v
-    residual = attention or "proj" in names  # the residual stream after attention
-    gate = residual or "gate" in names  # gate's output
-    up = residual or "up" in names  # up's output
-    rows = []
-    if needs_grad:
-        rows += [("attn_norm: input, fp32 (the residual stream itself)", 4 * C, 0), ("attn_norm: 1/rms", 4, 0)]
+    attention = input_grad or train_norms or "qkv" in names  # q, k, v
+    residual = attention or "proj" in names  # attention's output, and the residual stream after it
+    gate = residual or train_norms or "gate" in names  # gate's output
+    up = residual or train_norms or "up" in names  # up's output
+    rows = _norm_rows("attn_norm", input_grad, train_norms, w, C)
     if "qkv" in names:
+        rows += _adapter_rows("qkv", f"attn_norm's output{cast}", a * C, w, rank)
+    if attention and cfg.dropout > 0 and device != "cuda":  # CPU attention with dropout: the math path
         rows += [
-            (f"qkv adapter input: attn_norm's output{cast}", a * C, 0),
-            ("qkv adapter: x @ A^T * scale", a * rank, 0),
+            ("attention (math path): q, k, v as fp32 copies", 12 * C, 0),
+            ("attention (math path): softmax probabilities, T per head", 4 * nh * ctx, 0),
+            ("attention (math path): dropout mask, T per head", 4 * nh * ctx, 0),
+            ("attention (math path): probabilities after dropout", 4 * nh * ctx, 0),
         ]
-    if attention:
+    elif attention:
         rows += [
             ("qkv output (3C): v is a view of it, so all of it stays", 3 * a * C, 0),
             ("q and k after RoPE (new tensors, saved by attention)", 2 * a * C, 0),
             ("attention output (saved by its own backward)", a * C, 0),
             ("attention logsumexp, fp32, one per head", 4 * nh, 0),
         ]
-        if w.autocast:
-            rows.append(("RoPE cos/sin cast to 16 bits, for q and for k", 0, 4 * ctx * (hd // 2) * a))
+        if cfg.dropout > 0:
+            rows.append(("attention dropout RNG seed and offset (CUDA, derived)", 0, 16))
+    if attention and w.autocast:
+        rows.append(("RoPE cos/sin cast to 16 bits, for q and for k", 0, 4 * ctx * (hd // 2) * a))
     if "proj" in names:
-        rows += [("proj adapter input: attention output as (B, T, C), a copy", a * C, 0)]
-        rows += [("proj adapter: x @ A^T * scale", a * rank, 0)]
-    if residual:
-        rows += [("mlp_norm: residual after attention, fp32", 4 * C, 0), ("mlp_norm: 1/rms", 4, 0)]
+        rows += _adapter_rows("proj", "attention output as (B, T, C), a copy", a * C, w, rank)
+    if residual and cfg.dropout > 0:
+        rows.append(("attention residual dropout mask", mask_bytes(a, device) * C, 0))
+    rows += _norm_rows("mlp_norm", residual, train_norms, w, C)
     gate_up = [n for n in ("gate", "up") if n in names]
     if gate_up:  # one tensor shared by both in fp32; autocast casts it once per adapted layer
         copies = len(gate_up) if w.autocast else 1
@@ -158,124 +231,23 @@ def _block_rows(
     if up:
         rows.append(("SiLU(gate) (saved by the product, for up's side)", a * H, 0))
     if "down" in names:
-        rows += [("down adapter input: SiLU(gate) * up", a * H, 0), ("down adapter: x @ A^T * scale", a * rank, 0)]
+        rows += _adapter_rows("down", "SiLU(gate) * up", a * H, w, rank)
+    if cfg.dropout > 0:  # down's output always needs a gradient: something before it does
+        rows.append(("MLP dropout mask", mask_bytes(a, device) * C, 0))
     return rows
 
 
-def _block_backward(
-    cfg: ModelConfig, tokens: int, w: Widths, base_dtype: str, quant_block: int, rank: int, targets: str
-) -> int:
-    """The worst moment at the top of backward, above the blocks' activations: the final norm, or the top MLP.
-
-    The final norm's backward holds its input and five fp32 (N, C) tensors (the incoming gradient among them).
-    Then the top block's MLP, with G, the residual stream's gradient (N, C): down's backward unpacks its weight
-    beside G and makes the gradient of its input (N, H); the product's backward makes two more (N, H) before
-    it frees anything. An adapter on down runs its backward first: its gradients (fp32) and the gradient of
-    its input are made, and down's input and x @ A^T, which it kept, are freed.
-    """
-    C, H, a = cfg.n_embd, cfg.mlp_hidden, w.compute
-    final_norm = 4 * C * tokens + 5 * 4 * C * tokens
-    residual_grad = w.residual * C * tokens
-    # autocast: down's output was 16-bit, so its gradient is G cast to 16 bits, held through down's backward
-    down_output_grad = a * C * tokens if w.autocast else 0
-    peak, result = unpack_bytes((C, H), base_dtype, quant_block, a)
-    down_input_grad = a * H * tokens
-    adapter, kept_input = 0, 0
-    if "down" in parse_targets(targets):  # + its fp32 gradients, - what it kept (and its 16-bit A and B)
-        adapter = 4 * rank * (C + H) - a * rank * tokens - (2 * rank * (C + H) if w.autocast else 0)
-        kept_input = down_input_grad  # its backward freed down's input: the product's backward comes later
-    unpacking = down_output_grad + max(peak, result + down_input_grad)
-    product = 3 * down_input_grad - kept_input
-    return max(final_norm, residual_grad + adapter + max(unpacking, product))
-
-
-def lora_estimate(
-    cfg: ModelConfig,
-    batch: int,
-    ctx: int,
-    precision: str = "fp32",
-    checkpointing: str = "none",
-    device: str = "cuda",
-    rank: int = 8,
-    targets: str = "attn",
-    base_dtype: str = "fp32",
-    quant_block: int = 64,
-    train_norms: bool = False,
-    train_embedding: bool = False,
-    library_workspace: int = 0,
-) -> MemoryBreakdown:
-    """Predicted memory of one LoRA training step, from the config alone (see the module's docstring).
-
-    Verified against the meter to the byte (tests/test_lora.py) for fp32, bf16 and fp16 autocast, every base
-    dtype and target, without checkpointing. `library_workspace`: what CUDA's libraries hold (estimate.py's).
-    """
-    check_shape(cfg, batch, ctx)
-    precision, dev = normalize_precision(precision), device_type(device)
-    if check_mode(checkpointing) != "none" or train_norms or train_embedding or cfg.dropout > 0:
-        raise ValueError(
-            "minigpt memory predicts a LoRA step without checkpointing, dropout, --train-norms or --train-embedding; "
-            "leave those out to see its prediction (training supports them all)"
-        )
-    w, tokens, V, C, H = widths(precision), batch * ctx, cfg.vocab_size, cfg.n_embd, cfg.mlp_hidden
-    static = lora_static(cfg, rank, targets, base_dtype, quant_block, train_norms, train_embedding)
-    weights = static["base weights"] + static["adapter weights"] + static["embedding and norms"]
-    rows = lora_activation_rows(cfg, batch, ctx, w, rank, targets)
-    activations = sum(r["bytes"] for r in rows)
-    block_rows = sum(r["bytes"] for r in rows if r["part"] != "outside the blocks")
-    head = loss_head_bytes(cfg, tokens, w)
-    # Always there: weights, AdamW's state (made by the first step), the RoPE tables, a 4-byte step counter per
-    # trained tensor (fused AdamW), the batch's token ids (the frozen embedding does not keep them: they count
-    # here) and, on CUDA, cuBLAS's workspaces.
-    rope = 2 * cfg.ctx * (cfg.head_dim // 2) * w.model
-    counters = 4 * static["trained tensors"] if dev in FUSED_ADAMW_DEVICES else 0
-    always = weights + static["optimizer"] + rope + counters + 8 * tokens
-    if dev == "cuda":
-        always += library_workspace
-    # Autocast: 16-bit copies of the adapters (cached, then saved by their matmuls) and of the tied embedding
-    # (cast for lm_head every step, as it is frozen, and saved for its backward).
-    adapter_copies = static["adapter weights"] // 2 if w.autocast else 0
-    # in the first block, an adapter whose input needs no gradient (see _block_rows) does not keep A's copy
-    kept_copies = adapter_copies - (
-        w.autocast * 2 * rank * sum(linear_shapes(cfg)[n][1] for n in _first_block_inputs(targets))
-    )
-    embedding_copy = 2 * V * C if w.autocast else 0
-    unpacked = max(unpack_bytes(s, base_dtype, quant_block, w.compute)[0] for s in linear_shapes(cfg).values())
-    loss = 4  # the loss itself, one fp32
-    scalar_grads = 8  # its gradient, and the gradient of the loss scaled for the window
-    if precision == "fp16":  # the GradScaler's scale, the scaled loss and its gradient; its found-inf flag
-        scalar_grads, found_inf = scalar_grads + 12, 4
-    else:
-        found_inf = 0
-    block_backward = _block_backward(cfg, tokens, w, base_dtype, quant_block, rank, targets)
-    # clip_grad_norm_: a norm per gradient, their stack and the total; fp16: the GradScaler's found-inf flag
-    clip_norms = (2 * static["trained tensors"] + 1) * 4 + found_inf
-    at_loss = always + activations + adapter_copies + embedding_copy + head.logits_held + head.logits_upcast + loss
-    moments = {
-        # at the loss (every activation, the logits and their fp32 upcast), or at the widest frozen layer's unpacking
-        "forward": max(at_loss, always + block_rows + adapter_copies + unpacked),
-        # cross-entropy's two (N, V) gradients; the loss normalizer and the logits (dropped by the step) are gone
-        "backward: loss head": always
-        + activations
-        - 4
-        + kept_copies
-        + embedding_copy
-        + loss
-        + scalar_grads
-        + max(head.loss_grads, head.logits_grad - head.saved_log_softmax),
-        # the top block's backward, with every block's activations still there; the targets are still alive
-        "backward: blocks": always + 8 * tokens + loss + scalar_grads + kept_copies + block_rows + block_backward,
-        # AdamW's step: every gradient, clipping's norms (and, in the first step, the state AdamW makes)
-        "optimizer": always + 8 * tokens + loss + static["gradients"] + clip_norms,
-    }
-    return MemoryBreakdown(
-        weights=weights,
-        gradients=static["gradients"],
-        optimizer=static["optimizer"],
-        activations=activations,
-        logits=max(head.logits_held + head.logits_upcast, head.loss_grads) + loss,
-        # without unpacking: the final norm's five (N, C), or G and the product's three (N, H)
-        activation_grads=scalar_grads + max(20 * C * tokens, w.residual * C * tokens + 3 * w.compute * H * tokens),
-        weight_copies=adapter_copies + max(embedding_copy, unpacked),
-        optimizer_step=clip_norms,
-        moments=moments,
-    )
+def lora_selective_rows(
+    cfg: ModelConfig, ctx: int, w: Widths, rank: int, names: tuple[str, ...], device: str
+) -> list[tuple[str, int, int]]:
+    """What selective checkpointing keeps of a LoRA block: the output of every matmul (frozen or an adapter's)
+    and of attention, needed or not; the weights are unpacked again when the block is recomputed."""
+    a = w.compute
+    rows = [r for r in selective_rows(cfg, ctx, w, device)]
+    for name, (out, _) in linear_shapes(cfg).items():
+        if name in names:
+            rows += [
+                (f"{name} adapter: x @ A^T (matmul output)", a * rank, 0),
+                (f"{name} adapter: B's matmul output", a * out, 0),
+            ]
+    return rows

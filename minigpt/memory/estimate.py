@@ -15,7 +15,7 @@ import torch
 from minigpt.config import check_optimizer
 from minigpt.loss import check_loss_chunks
 from minigpt.memory.activations import activation_table, block_activation_bytes, selective_rows
-from minigpt.memory.adapters import lora_estimate
+from minigpt.memory.adapter_step import lora_estimate
 from minigpt.memory.breakdown import MemoryBreakdown, Widths, device_type, widths
 from minigpt.memory.loss_head import HeadMoments, head_moments, loss_head_bytes, tied_sum_bytes
 from minigpt.memory.offloaded import head_reloads, region_reload
@@ -368,11 +368,15 @@ def estimate(
     precision = normalize_precision(precision)
     check_optimizer(optimizer, optimizer_in_backward, precision)
     if lora_rank:  # `lora_*`, base_dtype...: adapters on a frozen base, whose terms adapters.py predicts
-        others = optimizer != "adamw" or optimizer_in_backward or loss_chunks != 1 or offload_activations
-        if others or master_weights:
-            raise ValueError("minigpt memory predicts a LoRA step with AdamW and none of this round's other levers")
-        lora = (lora_rank, lora_targets, base_dtype, quant_block, train_norms, train_embedding)
-        return lora_estimate(model_cfg, batch, ctx, precision, checkpointing, device, *lora, CUDA_LIBRARY_WORKSPACE)
+        if optimizer != "adamw" or optimizer_in_backward or offload_activations or master_weights:
+            raise ValueError(
+                "minigpt memory predicts a LoRA step with AdamW (any checkpointing, dropout, trained norms or "
+                "embedding, the chunked loss), not yet with --optimizer adamw8bit, --optimizer-in-backward, "
+                "--offload-activations or --master-weights, which training runs"
+            )
+        check_loss_chunks(loss_chunks, batch * ctx)
+        lora = (lora_rank, lora_targets, base_dtype, quant_block, train_norms, train_embedding, CUDA_LIBRARY_WORKSPACE)
+        return lora_estimate(model_cfg, batch, ctx, precision, checkpointing, device, *lora, loss_chunks)
     dev = device_type(device)
     static = static_bytes(model_cfg, precision, master_weights)
     check_loss_chunks(loss_chunks, batch * ctx)
