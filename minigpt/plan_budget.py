@@ -106,13 +106,14 @@ def all_levers(precisions: list[str], fine_tune: bool = False) -> list[Levers]:
 
 
 @functools.cache
-def measure_rates(device_type: str = "cpu", n: int = 512) -> dict[str, float]:
+def measure_rates(device_type: str = "cpu", n: int | None = None) -> dict[str, float]:
     """Matmul FLOP/s per precision and the offload path's bytes/s on this device (measured once, cached).
 
     Offload on a CPU writes files and reads them back, as --offload-activations does; on CUDA it copies to
-    pinned host memory and back.
+    pinned host memory and back. n: the matmul's size (a GPU needs a large one, else it times kernel launches).
     """
     device = torch.device(device_type)
+    n = n or (4096 if device.type == "cuda" else 512)
     rates = {}
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)):
         a = torch.ones(n, n, dtype=dtype, device=device)
@@ -132,9 +133,11 @@ def measure_rates(device_type: str = "cpu", n: int = 512) -> dict[str, float]:
 def _offload_bytes_per_second(device: torch.device, n_bytes: int = 64 * MIB) -> float:
     """Bytes per second of one round trip out and back: a file on a CPU, pinned host memory on CUDA."""
     data = torch.ones(n_bytes, dtype=torch.uint8, device=device)
+    host = torch.empty(n_bytes, dtype=torch.uint8, pin_memory=True) if device.type == "cuda" else None
     t0 = time.perf_counter()
-    if device.type == "cuda":
-        data.to("cpu", non_blocking=False).pin_memory().to(device)
+    if host is not None:  # one pinned copy each way, as the offloader makes
+        host.copy_(data, non_blocking=True)
+        data.copy_(host, non_blocking=True)
         torch.cuda.synchronize(device)
     else:
         with tempfile.TemporaryDirectory() as folder:

@@ -552,3 +552,24 @@ def test_each_head_and_offload_lever_shows_as_the_terms_it_changes():
     assert plain.activations - chunked.activations == 4 * V * tokens + 4 - 4 * tokens  # log-softmax -> log-sum-exp
     assert moved.activations + moved.offloaded == plain.activations and plain.offloaded is None
     assert moved.activations < 0.001 * plain.activations  # what stays: token ids, targets, 1/rms, one normalizer
+
+
+def test_the_allocator_meter_counts_only_its_own_gpu():
+    """The profiler records the allocations of every GPU in the process: a meter of cuda:0 counts cuda:0's."""
+    from types import SimpleNamespace
+
+    from minigpt.memory import meters
+    from minigpt.memory.meters import AllocatorMeter
+
+    def event(name, nbytes=0, index=0, start=0):
+        kind = torch.autograd.DeviceType.CUDA
+        return SimpleNamespace(
+            name=lambda: name, nbytes=lambda: nbytes, device_index=lambda: index, device_type=lambda: kind,
+            start_ns=lambda: start,
+        )  # fmt: skip
+
+    meter = AllocatorMeter(torch.device("cuda:0"))
+    mark = event(meters._PHASE_MARK + "forward", start=0)
+    events = [mark, event("[memory]", 100, index=0, start=1), event("[memory]", 5000, index=1, start=2)]
+    meter._profiler = SimpleNamespace(profiler=SimpleNamespace(kineto_results=SimpleNamespace(events=lambda: events)))
+    assert meter.phase_peaks(before=0) == {"forward": 100}

@@ -220,6 +220,10 @@ class AllocatorMeter:
 
     def __init__(self, device: torch.device) -> None:
         self.device_type = {"cpu": "CPU", "cuda": "CUDA"}.get(device.type)
+        # the one GPU counted (a bare "cuda" is the current one): the profiler records every GPU of the process
+        self.device_index = None
+        if device.type == "cuda":
+            self.device_index = device.index if device.index is not None else torch.cuda.current_device()
         self._profiler = None
         self._quiet = without_profiler_log_lines()
 
@@ -248,6 +252,10 @@ class AllocatorMeter:
         finally:
             self._quiet.__exit__(*exc)
 
+    def _counts(self, event) -> bool:
+        """Whether a memory event is this meter's device's (any GPU's but ours is left out)."""
+        return self.device_type != "CUDA" or self.device_index is None or event.device_index() == self.device_index
+
     def phase_peaks(self, before: int) -> dict[str, int]:
         """{phase: largest allocated bytes while in it}, counting from `before` bytes at the start."""
         kind = getattr(torch.autograd.DeviceType, self.device_type)
@@ -257,7 +265,7 @@ class AllocatorMeter:
             name = event.name()
             if name.startswith(_PHASE_MARK):
                 phase = name[len(_PHASE_MARK) :] or None
-            elif name == "[memory]" and event.device_type() == kind:
+            elif name == "[memory]" and event.device_type() == kind and self._counts(event):
                 allocated += event.nbytes()  # an allocation (> 0) or a free (< 0)
                 if phase is not None:
                     peaks[phase] = max(peaks.get(phase, 0), allocated)

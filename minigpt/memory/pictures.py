@@ -125,7 +125,8 @@ def memory_timeline(
     with without_profiler_log_lines():
         _run_steps(model_cfg, batch, ctx, precision, checkpointing, master_weights, device, seed, steps, profiler)
     path.parent.mkdir(parents=True, exist_ok=True)
-    where = f"cuda:{device.index or 0}" if device.type == "cuda" else device.type
+    index = device.index if device.index is not None else torch.cuda.current_device() if device.type == "cuda" else 0
+    where = f"cuda:{index}" if device.type == "cuda" else device.type
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # deprecated in favour of CUDA snapshots
