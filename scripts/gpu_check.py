@@ -284,11 +284,13 @@ def check_find_max_batch_size(device: torch.device, s: Sizes, out: Path) -> dict
         torch.cuda.empty_cache()
         before = torch.cuda.memory_allocated(device)
         total = torch.cuda.get_device_properties(device).total_memory
-        torch.cuda.set_per_process_memory_fraction(cap / total, device)  # past it the allocator raises OOM
+        # set_per_process_memory_fraction wants an index: a bare `cuda` is the current GPU
+        index = torch.cuda.current_device() if device.index is None else device.index
+        torch.cuda.set_per_process_memory_fraction(cap / total, index)  # past it the allocator raises OOM
         try:
             found = find_max_batch_size(cfg, ctx, precision, device=device, high=high, trace=trace)
         finally:
-            torch.cuda.set_per_process_memory_fraction(1.0, device)
+            torch.cuda.set_per_process_memory_fraction(1.0, index)
         after = torch.cuda.memory_allocated(device)
     else:
         before = after = 0
