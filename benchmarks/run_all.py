@@ -23,6 +23,7 @@ import torch
 from benchmarks import (
     bench_accum_rss,
     bench_accumulation,
+    bench_bf16_quality,
     bench_checkpointing,
     bench_compile,
     bench_corpus,
@@ -36,6 +37,7 @@ from benchmarks import (
     bench_optimizers,
     bench_precision,
     bench_sharding,
+    bench_step_time,
 )
 from benchmarks.benchlib import Check, Section, machine_is_busy, machine_rows, table, token_data
 from benchmarks.merge_results import KeptSection, kept_sections, order_key, section_number
@@ -47,6 +49,7 @@ BENCHMARKS = {
     "loop": bench_loop,
     "mfu": bench_mfu,
     "precision": bench_precision,
+    "bf16_quality": bench_bf16_quality,
     "checkpointing": bench_checkpointing,
     "accumulation": bench_accumulation,
     "accum_rss": bench_accum_rss,
@@ -58,6 +61,7 @@ BENCHMARKS = {
     "largest": bench_largest,
     "lora": bench_lora,
     "loss_offload": bench_loss_offload,
+    "step_time": bench_step_time,
 }
 
 

@@ -13,6 +13,7 @@ import sys
 import torch
 
 from minigpt.budget import auto_budget, parse_budget, total_bytes
+from minigpt.calibrate import calibration
 from minigpt.model import PRESETS, count_params, shaped_config
 from minigpt.plan import PLAN_MODELS
 from minigpt.plan_budget import NO_LEVERS, BudgetPlan, all_levers, largest, plan_for_budget, supported_precisions
@@ -29,6 +30,9 @@ def add_budget_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fine-tune", action="store_true", help="with --budget: LoRA on a frozen base is a lever too")
     p.add_argument("--n-layer", type=int, dest="n_layer", help="with --budget: the preset's shape overridden")
     p.add_argument("--n-embd", type=int, dest="n_embd")
+    p.add_argument(
+        "--recalibrate", action="store_true", help="with --budget: time the step's costs again (minigpt.calibrate)"
+    )
     p.add_argument("--n-head", type=int, dest="n_head")
 
 
@@ -62,6 +66,7 @@ def describe(plan: BudgetPlan, title: str) -> list[str]:
         f"  step time       {sum(plan.seconds.values()):.2f} s predicted ("
         + ", ".join(f"{k} {v:.2f}" for k, v in plan.seconds.items() if v)
         + ")",
+        f"  timed by        {plan.timing}",
     ]
     return lines + ["  why:"] + [f"    - {r}" for r in plan.reasons]
 
@@ -78,12 +83,13 @@ def cmd_plan_budget(args: argparse.Namespace) -> int:
     if args.batch < 1:
         raise ValueError(f"--batch must be at least 1, got {args.batch}")
     choices = all_levers(supported_precisions(device), fine_tune=True) if args.fine_tune else None
+    cal = calibration(device.type, refresh=args.recalibrate)  # cached: the same machine gives the same plan
     if args.largest:
         ctx = args.ctx or LARGEST_CTX  # no preset to take it from
         if args.preset or args.n_layer or args.n_embd or args.n_head:
             raise ValueError("--largest chooses the model itself: leave out --preset and the shape flags")
-        best = largest(budget, ctx, args.batch, device.type, choices=choices)
-        naive = largest(budget, ctx, args.batch, device.type, choices=[NO_LEVERS])
+        best = largest(budget, ctx, args.batch, device.type, choices=choices, cal=cal)
+        naive = largest(budget, ctx, args.batch, device.type, choices=[NO_LEVERS], cal=cal)
         ratio = count_params(best.model) / count_params(naive.model)
         if args.json:
             run = best.command(device=device.type) if best.fits else None  # what a script runs, as printed
@@ -109,7 +115,7 @@ def cmd_plan_budget(args: argparse.Namespace) -> int:
     ctx = args.ctx or model.ctx  # the preset's maximum, as --ctx's help says
     if ctx > model.ctx:
         raise ValueError(f"--ctx {ctx} is above the model's maximum of {model.ctx}")
-    plan = plan_for_budget(model, budget, ctx, args.batch, device.type, choices=choices, name=preset)
+    plan = plan_for_budget(model, budget, ctx, args.batch, device.type, cal=cal, choices=choices, name=preset)
     if args.fine_tune and plan.fits and plan.levers.lora_rank:
         plan.reasons.append("fine-tuning: add --init-from RUN (the finished run whose weights are the frozen base)")
     if args.json:

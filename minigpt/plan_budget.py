@@ -12,8 +12,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -21,10 +19,12 @@ import torch
 
 from minigpt import memory
 from minigpt.budget import MALLOC_SETTING, measure_runtime_baselines, runtime_baseline_bytes
+from minigpt.calibrate import calibration, offload_round_trip
 from minigpt.model import PRESETS, ModelConfig, count_params, shaped_config
 from minigpt.precision import precision_problem, probe_precision
 from minigpt.recompute import CHECKPOINTING_MODES
-from minigpt.step_time import step_seconds
+from minigpt.step_time import Calibration, step_seconds
+from minigpt.timing import clock
 
 MIB = 2**20
 LOSS_CHUNKS = 8  # what the planner asks of --loss-chunks: the head's (tokens x vocabulary) buffers / 8
@@ -109,6 +109,8 @@ def all_levers(precisions: list[str], fine_tune: bool = False) -> list[Levers]:
 def measure_rates(device_type: str = "cpu", n: int | None = None) -> dict[str, float]:
     """Matmul FLOP/s per precision and the offload path's bytes/s on this device (measured once, cached).
 
+    The planner itself times whole steps (minigpt.calibrate); these two rates are what chapter 9 quotes.
+
     Offload on a CPU writes files and reads them back, as --offload-activations does; on CUDA it copies to
     pinned host memory and back. n: the matmul's size (a GPU needs a large one, else it times kernel launches).
     """
@@ -131,20 +133,11 @@ def measure_rates(device_type: str = "cpu", n: int | None = None) -> dict[str, f
 
 
 def _offload_bytes_per_second(device: torch.device, n_bytes: int = 64 * MIB) -> float:
-    """Bytes per second of one round trip out and back: a file on a CPU, pinned host memory on CUDA."""
-    data = torch.ones(n_bytes, dtype=torch.uint8, device=device)
-    host = torch.empty(n_bytes, dtype=torch.uint8, pin_memory=True) if device.type == "cuda" else None
-    t0 = time.perf_counter()
-    if host is not None:  # one pinned copy each way, as the offloader makes
-        host.copy_(data, non_blocking=True)
-        data.copy_(host, non_blocking=True)
-        torch.cuda.synchronize(device)
-    else:
-        with tempfile.TemporaryDirectory() as folder:
-            path = os.path.join(folder, "probe.bin")
-            data.numpy().tofile(path)
-            torch.from_file(path, size=n_bytes, dtype=torch.uint8).clone()
-    return 2 * n_bytes / max(time.perf_counter() - t0, 1e-9)
+    """Bytes per second of one round trip out and back (minigpt.calibrate.offload_round_trip), timed once."""
+    run = offload_round_trip(device, n_bytes)
+    t0 = clock(device)
+    run()
+    return 2 * n_bytes / max(clock(device) - t0, 1e-9)
 
 
 @dataclass
@@ -161,6 +154,8 @@ class BudgetPlan:
     seconds: dict[str, float] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
     name: str = ""  # the preset, or a description of the shape
+    timing: str = ""  # where the step times' rates came from (minigpt.calibrate)
+    candidates: list[Levers] = field(default_factory=list)  # every set that fits, fastest predicted first
 
     @property
     def fits(self) -> bool:
@@ -199,6 +194,7 @@ class BudgetPlan:
             "predicted_process_bytes": self.predicted_process_bytes,
             "breakdown": self.breakdown.to_dict() if self.breakdown else None,
             "seconds": self.seconds,
+            "timing": self.timing,
             "reasons": self.reasons,
             "fits": self.fits,
         }
@@ -223,14 +219,17 @@ def predict(model: ModelConfig, batch: int, ctx: int, levers: Levers, device: st
     )
 
 
-def predicted_seconds(model: ModelConfig, batch: int, ctx: int, levers: Levers, est, rates: dict) -> dict[str, float]:
+def predicted_seconds(
+    model: ModelConfig, batch: int, ctx: int, levers: Levers, est, cal: Calibration
+) -> dict[str, float]:
+    """step_seconds of these levers at the calibrated rates."""
     offloaded = getattr(est, "offloaded", 0) or 0
     return step_seconds(
         model,
         batch * ctx,
         ctx,
         count_params(model),
-        rates,
+        cal,
         levers.precision,
         levers.checkpointing,
         levers.optimizer,
@@ -260,18 +259,18 @@ def plan_for_budget(
     batch: int = 1,
     device_type: str = "cpu",
     runtime_bytes: int | None = None,
-    rates: dict[str, float] | None = None,
+    cal: Calibration | None = None,
     choices: list[Levers] | None = None,
     name: str = "",
 ) -> BudgetPlan:
     """The fastest set of levers whose predicted process peak fits `budget_bytes`; levers None if none fits.
 
     runtime_bytes: what the process holds before any tensor (default: measured on a CPU, 0 on a GPU, whose
-    budget is its own memory). rates: measure_rates(device_type) unless given (tests pass their own).
+    budget is its own memory). cal: the device's cached calibration (minigpt.calibrate) unless given.
     """
     if budget_bytes < 1 or batch < 1 or ctx < 1:
         raise ValueError(f"budget, batch and ctx must be positive, got {budget_bytes}, {batch}, {ctx}")
-    rates = rates or measure_rates(device_type)
+    cal = cal or calibration(device_type)
     choices = choices or all_levers(supported_precisions(torch.device(device_type)))
 
     if runtime_bytes is None and device_type == "cpu":
@@ -285,11 +284,11 @@ def plan_for_budget(
     scored = []  # (seconds, process peak, levers, estimate, seconds by part)
     for levers in choices:
         est = predict(model, batch, ctx, levers, device_type)
-        seconds = predicted_seconds(model, batch, ctx, levers, est, rates)
+        seconds = predicted_seconds(model, batch, ctx, levers, est, cal)
         scored.append((sum(seconds.values()), runtime(levers) + est.peak, levers, est, seconds))
     fill = int(budget_bytes * (1 - PREDICTION_MARGIN))  # what the predicted process peak may reach
     fitting = [s for s in scored if s[1] <= fill]
-    plan = BudgetPlan(model, ctx, batch, budget_bytes, 0, None, None, name=name)
+    plan = BudgetPlan(model, ctx, batch, budget_bytes, 0, None, None, name=name, timing=cal.describe())
     if not fitting:
         _, peak, levers, est, seconds = min(scored, key=lambda s: s[1])
         plan.breakdown, plan.seconds, plan.runtime_bytes = est, seconds, runtime(levers)
@@ -300,6 +299,7 @@ def plan_for_budget(
         return plan
     # The fastest; at a tie (within TIE), a set that trains the same model first: a lever that changes the result
     # (no gradient clipping, 8-bit moments, adapters instead of every weight) is chosen only for speed or to fit.
+    plan.candidates = [s[2] for s in sorted(fitting, key=lambda s: s[0])]
     fastest = min(s[0] for s in fitting)
     _, _, plan.levers, plan.breakdown, plan.seconds = min(
         fitting, key=lambda s: (s[0] > fastest * (1 + TIE), changes_the_result(s[2]), s[0], s[1])
@@ -358,20 +358,20 @@ def largest(
     device_type: str = "cpu",
     choices: list[Levers] | None = None,
     runtime_bytes: int | None = None,
-    rates: dict[str, float] | None = None,
+    cal: Calibration | None = None,
 ) -> BudgetPlan:
     """The plan of the largest family model (family_model(k)) that trains within the budget: a binary search.
 
     Memory grows with k, so the fitting k form a prefix 1..K; ValueError if even k = 1 does not fit, naming
     the smallest budget that would.
     """
-    rates = rates or measure_rates(device_type)
+    cal = cal or calibration(device_type)
     plans: dict[int, BudgetPlan] = {}  # k -> its plan: the search asks for some k more than once
 
     def plan_k(k: int) -> BudgetPlan:
         if k not in plans:
             plans[k] = plan_for_budget(
-                family_model(k), budget_bytes, ctx, batch, device_type, runtime_bytes, rates, choices, f"family k={k}"
+                family_model(k), budget_bytes, ctx, batch, device_type, runtime_bytes, cal, choices, f"family k={k}"
             )
         return plans[k]
 

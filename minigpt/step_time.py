@@ -1,18 +1,24 @@
-"""What a memory lever costs in time, from a FLOP model: the planner weighs memory saved against this.
+"""What a memory lever costs in time: a step's FLOPs and elementwise work at rates calibrated on the device.
 
 Backward costs two forwards (gradients for the inputs and for the weights), so a step is 3 forward-units;
-a lever that recomputes part of the forward adds that part. These are predictions; benchmarks/ measures.
+a lever that recomputes part of the forward adds that part. The rates come from minigpt.calibrate, which
+times real steps of the engine; benchmarks/bench_step_time.py checks the predictions against measured steps.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from minigpt.model import ModelConfig
 
-# FLOP model: backward costs 2 forwards (gradients for the inputs and for the weights). Checkpointing "full"
-# and "sqrt" recompute every block's forward once during backward; "selective" recomputes only the
-# elementwise ops (norms, rotary, SiLU, products), ~0% of the FLOPs but memory-bound, so they take more
-# time than their FLOPs say. ASSUMPTION (a rule of thumb, not measured here): a fifth of a block's time.
-SELECTIVE_RECOMPUTE_SHARE = 0.2
+# The share of the blocks' forward that each checkpointing mode runs again, for the planners without a
+# calibration (minigpt.plan, the chapters). "full" and "sqrt" recompute every block's forward once (the FLOP
+# model). "selective" recomputes only elementwise ops (norms, rotary, SiLU, products): no matmul, but
+# memory-bound. Its share is measured, not assumed: benchmarks/RESULTS.md section 4 times selective at 1.14x
+# a plain 10m fp32 step on the CPU, where the blocks are 81% of the FLOPs, so 3 * 0.14 / 0.81 = 0.52 of
+# the blocks' forward (benchmarks/cuda/RESULTS.md measures more on a GPU: 1.32x at 125m, spread 65%).
+SELECTIVE_RECOMPUTE_SHARE = 0.5
+RECOMPUTE_SHARE = {"none": 0.0, "full": 1.0, "sqrt": 1.0, "selective": SELECTIVE_RECOMPUTE_SHARE}
 
 
 def forward_flops_per_token(cfg: ModelConfig, ctx: int) -> dict[str, float]:
@@ -23,30 +29,57 @@ def forward_flops_per_token(cfg: ModelConfig, ctx: int) -> dict[str, float]:
     return {"blocks": cfg.n_layer * (matmuls + attention), "head": 2 * C * cfg.vocab_size}
 
 
-def relative_step_time(cfg: ModelConfig, ctx: int, checkpointing: str) -> float:
-    """Step time relative to no checkpointing: (forward 1 + backward 2 + recomputed part of forward) / 3."""
+def elementwise_values_per_token(cfg: ModelConfig) -> dict[str, float]:
+    """Values the forward's memory-bound ops write per token: what autograd keeps in fp32 (minigpt.memory's
+    activations: 52 C + 16 H bytes per block, the logits and their log-softmax in the head), in 4-byte values."""
+    return {"blocks": cfg.n_layer * (13 * cfg.n_embd + 4 * cfg.mlp_hidden), "head": 2 * cfg.vocab_size}
+
+
+def relative_step_time(cfg: ModelConfig, ctx: int, checkpointing: str, shares: dict | None = None) -> float:
+    """Step time relative to no checkpointing: (forward 1 + backward 2 + recomputed part of forward) / 3.
+
+    `shares`: the share of the blocks' forward each mode recomputes (default RECOMPUTE_SHARE)."""
     flops = forward_flops_per_token(cfg, ctx)
     blocks_share = flops["blocks"] / (flops["blocks"] + flops["head"])  # the head is never recomputed
-    recomputed = {
-        "none": 0.0,
-        "full": blocks_share,
-        "sqrt": blocks_share,
-        "selective": SELECTIVE_RECOMPUTE_SHARE * blocks_share,
-    }[checkpointing]
-    return (1 + 2 + recomputed) / 3
+    return (1 + 2 + (shares or RECOMPUTE_SHARE)[checkpointing] * blocks_share) / 3
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Seconds per step with any set of levers: FLOPs at measured rates, plus the bytes a lever moves
+# Seconds per step with any set of levers, at calibrated rates
 
-# The optimizer step is elementwise and memory-bound: it costs about as much as this many fp32 FLOPs per
-# parameter at the matmul rate. ASSUMPTIONS (rules of thumb, checked by benchmarks/): fused AdamW reads and
-# writes weight, gradient and two moments once (about 20); the 8-bit AdamW also decodes and re-encodes both
-# moments block by block (about twice that).
-OPTIMIZER_FLOPS_PER_PARAM = {"adamw": 20, "adamw8bit": 40}
-# Unpacking a quantized base (int8: a scale per block; nf4: two codes a byte, a table lookup, a scale): about
-# this many fp32 FLOPs per value, per unpack. ASSUMPTION, as above.
-UNPACK_FLOPS_PER_VALUE = {"int8": 2, "nf4": 6}
+
+@dataclass(frozen=True)
+class Calibration:
+    """What a step costs on one device, measured by minigpt.calibrate (or given by a test).
+
+    compute: precision -> (seconds per FLOP, per elementwise value, per layer) of a real forward + backward: a
+    step of a part (the blocks, the head) costs tokens x (3 forward FLOPs x the first + values x the second) plus
+    its layers (the head is one) x the third, which is what launching a layer's ops costs whatever its size.
+    optimizer: seconds per parameter of the optimizer step in fp32 ("adamw", "adamw8bit"), and
+    optimizer_extra: what each precision adds per parameter (fp16's unscale, bf16-pure's master copies).
+    recompute: checkpointing mode -> share of the blocks' forward time it adds; chunked_loss: share of the
+    head's forward time the chunked loss adds. unpack: seconds per value to unpack an int8 or nf4 base.
+    offload: bytes per second of a round trip out and back. spread: each timing's (max - min) / median.
+    """
+
+    compute: dict[str, tuple[float, float, float]]
+    optimizer: dict[str, float]
+    optimizer_extra: dict[str, float]
+    recompute: dict[str, float]
+    chunked_loss: float
+    unpack: dict[str, float]
+    offload: float
+    spread: dict[str, float] = field(default_factory=dict)
+    created: str = ""  # when it was measured (UTC)
+    source: str = ""  # where it came from: measured now, or the cache file it was read from
+
+    @property
+    def worst_spread(self) -> float:
+        return max(self.spread.values(), default=0.0)
+
+    def describe(self) -> str:
+        """One line: where the rates came from and how much their timings spread."""
+        return f"{self.source} (timings spread up to {self.worst_spread:.0%})"
 
 
 def step_seconds(
@@ -54,7 +87,7 @@ def step_seconds(
     tokens: int,
     ctx: int,
     n_params: int,
-    rates: dict[str, float],
+    cal: Calibration,
     precision: str = "fp32",
     checkpointing: str = "none",
     optimizer: str = "adamw",
@@ -65,21 +98,23 @@ def step_seconds(
 ) -> dict[str, float]:
     """Predicted seconds of one step, by part: compute, recompute (checkpointing, chunked loss), optimizer, offload.
 
-    `rates`: matmul FLOP/s per precision ("fp32", "bf16", "fp16") and disk or host bytes/s ("offload"), measured
-    on the device. The step in backward moves no work, so it costs nothing here. `lora_base`: LoRA on a frozen
-    base of that dtype: the frozen weights need no gradient (backward is one forward, not two), and an int8 or
-    nf4 base is unpacked in the forward and again in the backward; `trained_params` (default: all) are stepped.
+    The step in backward moves no work, so it costs nothing here. `lora_base`: LoRA on a frozen base of that
+    dtype: the frozen weights need no gradient (backward is one forward, not two), and an int8 or nf4 base is
+    unpacked in the forward and again in the backward; `trained_params` (default: all) are stepped.
     """
-    flops = forward_flops_per_token(cfg, ctx)
-    matmul_rate = rates["bf16" if precision == "bf16-pure" else precision]
-    forward = (flops["blocks"] + flops["head"]) * tokens
-    recomputed_blocks = 3 * relative_step_time(cfg, ctx, checkpointing) - 3  # in forwards of the whole model
+    per_flop, per_value, per_layer = cal.compute[precision]
+    flops, values = forward_flops_per_token(cfg, ctx), elementwise_values_per_token(cfg)
+    layers = {"blocks": cfg.n_layer, "head": 1}
+    # forward + backward of each part; its forward alone is a third of it
+    part = {k: tokens * (3 * flops[k] * per_flop + values[k] * per_value) + layers[k] * per_layer for k in layers}
     passes = 2 if lora_base else 3  # forward, input gradients, and weight gradients unless the weights are frozen
-    unpack = UNPACK_FLOPS_PER_VALUE.get(lora_base, 0) * 2 * (n_params - cfg.vocab_size * cfg.n_embd)
+    unpacked = 2 * (n_params - cfg.vocab_size * cfg.n_embd) if lora_base in cal.unpack else 0
+    recompute = cal.recompute[checkpointing] * part["blocks"] / 3
+    recompute += cal.chunked_loss * part["head"] / 3 if loss_chunks > 1 else 0.0
+    stepped = trained_params or n_params
     return {
-        "compute": passes * forward / matmul_rate + unpack / rates["fp32"],
-        "recompute": recomputed_blocks * forward / matmul_rate
-        + (flops["head"] * tokens / matmul_rate if loss_chunks > 1 else 0.0),  # each chunk's logits made again
-        "optimizer": OPTIMIZER_FLOPS_PER_PARAM[optimizer] * (trained_params or n_params) / rates["fp32"],
-        "offload": 2 * offloaded_bytes / rates["offload"] if offloaded_bytes else 0.0,  # out, then back in
+        "compute": passes / 3 * (part["blocks"] + part["head"]) + unpacked * cal.unpack.get(lora_base, 0.0),
+        "recompute": recompute,
+        "optimizer": stepped * (cal.optimizer[optimizer] + cal.optimizer_extra.get(precision, 0.0)),
+        "offload": 2 * offloaded_bytes / cal.offload if offloaded_bytes else 0.0,  # out, then back in
     }

@@ -10,6 +10,7 @@ SECTIONS = [
     "1. Loop speed",
     "2. Model FLOPs utilization",
     "3. Precision modes",
+    "3b. bf16 against fp32 at 1,000 steps",
     "4. Gradient checkpointing",
     "5. Gradient accumulation",
     "6. Memory prediction grid",
@@ -18,6 +19,7 @@ SECTIONS = [
     "9b. 8-bit AdamW: val loss",
     "10. LoRA and QLoRA fine-tuning",
     "11. The loss head and activation offloading",
+    "13. The planner's clock: predicted against measured step time",
 ]
 PLOTS = [
     "loop_overhead.png",

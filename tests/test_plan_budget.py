@@ -18,11 +18,22 @@ from minigpt.plan_budget import (
     predict,
     predicted_seconds,
 )
+from minigpt.step_time import Calibration
 
 MIB, GIB = 2**20, 2**30
-# Fixed rates and runtime so that the choices do not depend on how loaded this machine is: matmul FLOP/s per
-# precision (bf16 twice fp32, as on a CPU with bf16 instructions) and the offload path's bytes/s.
-RATES = {"fp32": 1e11, "bf16": 2e11, "fp16": 2e11, "offload": 1e9}
+# A fixed calibration and runtime so that the choices do not depend on how loaded this machine is: bf16 twice
+# as fast per FLOP as fp32 (as on a CPU with bf16 instructions), the 8-bit step 4x AdamW's, offloading at 1 GB/s.
+RATES = Calibration(
+    compute={"fp32": (1e-11, 1e-9, 1e-3), "bf16": (5e-12, 1e-9, 1e-3), "fp16": (2e-10, 1e-9, 1e-3)}
+    | {"bf16-pure": (5e-12, 1e-9, 1e-3)},
+    optimizer={"adamw": 2e-9, "adamw8bit": 8e-9},
+    optimizer_extra={},
+    recompute={"none": 0.0, "full": 1.0, "sqrt": 1.0, "selective": 0.5},
+    chunked_loss=1.5,
+    unpack={"int8": 4e-10, "nf4": 1.4e-9},
+    offload=1e9,
+    source="a test's",
+)
 RUNTIME = 350 * MIB
 CHOICES = all_levers(["fp32", "bf16", "bf16-pure"])
 

@@ -1,0 +1,165 @@
+"""13. The planner's clock: predicted against measured step time per lever set, and the budget plan's pick.
+
+Prediction: minigpt.step_time.step_seconds at the device's cached calibration (minigpt.calibrate). Measured:
+train_step of the real engine, one lever set at a time, median of the steps after a warm-up, by the same
+clock as the calibration (minigpt.timing.clock: this process's CPU time on a CPU). Then for `plan --budget`
+on two budgets: every candidate that fits is measured, and the plan's pick is set against the fastest.
+
+    python -m benchmarks.bench_step_time [--quick] [--device cpu]
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.benchlib import MIB, Check, Section, main_for, table
+from minigpt.calibrate import calibration
+from minigpt.config import TrainConfig
+from minigpt.data import TokenData
+from minigpt.model import get_config
+from minigpt.plan_budget import Levers, all_levers, plan_for_budget, predict, predicted_seconds
+from minigpt.step import build_step_state, train_step
+from minigpt.timing import clock
+
+MAX_ERROR = 0.20  # each lever set's predicted step time within 20% of its measured one
+MAX_PICK = 1.10  # the plan's pick within 10% of the fastest measured candidate that fits
+GRID = {
+    "fp32": Levers(),
+    "bf16": Levers("bf16"),
+    "fp16": Levers("fp16"),
+    "bf16-pure + master": Levers("bf16-pure", master_weights=True),
+    "full": Levers(checkpointing="full"),
+    "sqrt": Levers(checkpointing="sqrt"),
+    "selective": Levers(checkpointing="selective"),
+    "8-bit AdamW": Levers(optimizer="adamw8bit"),
+    "step in backward": Levers(optimizer_in_backward=True),
+    "chunked loss": Levers(loss_chunks=8),
+    "offload": Levers(offload_activations=True),
+    "LoRA, nf4 base": Levers(lora_rank=8, base_dtype="nf4"),
+}
+SIZES = {
+    False: dict(grid=[("10m", 4, 256), ("30m", 2, 512)], budgets=[("10m", 8, 256, 600), ("10m", 8, 256, 900)]),
+    True: dict(grid=[("tiny", 2, 32)], budgets=[("tiny", 2, 32, 400)]),
+}
+WARMUP, STEPS = 1, 3
+
+
+def train_config(preset: str, batch: int, ctx: int, levers: Levers) -> TrainConfig:
+    """The TrainConfig that runs these levers, as `minigpt train` would with the plan's flags."""
+    lora = dict(lora_rank=levers.lora_rank, base_dtype=levers.base_dtype) if levers.lora_rank else {}
+    return TrainConfig(
+        preset=preset,
+        batch=batch,
+        ctx=ctx,
+        precision=levers.precision,
+        master_weights=levers.master_weights,
+        optimizer=levers.optimizer,
+        optimizer_in_backward=levers.optimizer_in_backward,
+        grad_clip=0.0 if levers.optimizer_in_backward else 1.0,
+        checkpointing=levers.checkpointing,
+        loss_chunks=levers.loss_chunks,
+        offload_activations=levers.offload_activations,
+        verbose=False,
+        **lora,
+    )
+
+
+def measured_seconds(preset: str, batch: int, ctx: int, levers: Levers, device: torch.device, steps: int) -> list:
+    """Seconds of `steps` train_step calls after WARMUP ones, on random tokens (speed does not depend on them)."""
+    cfg = train_config(preset, batch, ctx, levers)
+    state = build_step_state(get_config(preset), cfg, device)
+    x = torch.randint(0, get_config(preset).vocab_size, (batch, ctx + 1), generator=torch.Generator().manual_seed(0))
+    window = [(x[:, :-1], x[:, 1:])]
+    times = []
+    for i in range(WARMUP + steps):
+        start = clock(device)
+        train_step(state, window, device, cfg.precision, cfg.grad_clip)
+        if i >= WARMUP:
+            times.append(clock(device) - start)
+    return times
+
+
+def predicted(preset: str, batch: int, ctx: int, levers: Levers, device: torch.device, cal) -> float:
+    model = get_config(preset)
+    est = predict(model, batch, ctx, levers, device.type)
+    return sum(predicted_seconds(model, batch, ctx, levers, est, cal).values())
+
+
+def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = None) -> Section:
+    t_start = time.perf_counter()
+    cal = calibration(device.type)
+    size, steps = SIZES[quick], 1 if quick else STEPS
+    rows, errors = [], []
+    for preset, batch, ctx in size["grid"]:
+        for name, levers in GRID.items():
+            times = measured_seconds(preset, batch, ctx, levers, device, steps)
+            meas, pred = statistics.median(times), predicted(preset, batch, ctx, levers, device, cal)
+            spread = (max(times) - min(times)) / meas
+            errors.append((abs(pred / meas - 1), f"{preset} {name}"))
+            row = [f"{preset} {batch}x{ctx}", name, f"{1000 * pred:,.0f}", f"{1000 * meas:,.0f} ({spread:.0%})"]
+            rows.append(row + [f"{100 * (pred / meas - 1):+.0f}"])
+    worst, where = max(errors)
+    checks = [
+        Check(
+            f"every lever set's predicted step time within {MAX_ERROR:.0%} of measured",
+            f"worst {worst:.0%} ({where})",
+            worst <= MAX_ERROR,
+        )
+    ]
+
+    budget_rows = []
+    for preset, batch, ctx, mib in size["budgets"]:
+        choices = all_levers(["fp32"])[:16] if quick else None
+        plan = plan_for_budget(get_config(preset), mib * MIB, ctx, batch, device.type, cal=cal, choices=choices)
+        fitting = plan.candidates  # every set of levers whose predicted process peak fits, fastest first
+        timed = {lv: statistics.median(measured_seconds(preset, batch, ctx, lv, device, steps)) for lv in fitting}
+        fastest = min(timed, key=timed.get)
+        ratio = timed[plan.levers] / timed[fastest]
+        budget_rows.append(
+            [
+                f"{preset} {batch}x{ctx}, {mib:,} MiB",
+                len(fitting),
+                " ".join(plan.levers.flags()),
+                f"{1000 * timed[plan.levers]:,.0f}",
+                " ".join(fastest.flags()),
+                f"{1000 * timed[fastest]:,.0f}",
+                f"{ratio:.2f}",
+            ]
+        )
+        checks.append(
+            Check(
+                f"{preset} in {mib:,} MiB: the plan's pick within {MAX_PICK - 1:.0%} of the fastest measured "
+                "candidate that fits",
+                f"{ratio:.2f}x",
+                ratio <= MAX_PICK,
+            )
+        )
+    body = "\n\n".join(
+        [
+            f"Step times predicted by `minigpt.step_time` at the calibration ({cal.describe()}) against train_step "
+            f"measured, median of {steps} steps after {WARMUP} warm-up, by `minigpt.timing.clock` (CPU time on a "
+            "CPU, as the calibration). Error = predicted / measured - 1.",
+            table(rows, ["step", "levers", "predicted ms", "measured ms (spread)", "error %"]),
+            "`plan --budget`: every candidate that fits the budget measured; the plan's pick against the fastest.",
+            table(
+                budget_rows,
+                ["budget", "candidates that fit", "plan's pick", "ms", "fastest measured", "ms", "pick / fastest"],
+            ),
+        ]
+    )
+    return Section(
+        "13. The planner's clock: predicted against measured step time", body, checks, [], time.perf_counter() - t_start
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    return main_for(run, __doc__, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

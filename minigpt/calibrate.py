@@ -1,0 +1,260 @@
+"""Calibrate the planner's clock: time real steps of the engine once per machine and torch, and keep the result.
+
+A lone matmul misses what a precision costs around it (autocast's casts, fp16's scaler, the elementwise ops),
+so this times the engine's own forward + backward of a small GPT at two widths per precision and solves for
+seconds per FLOP and per elementwise value; then the optimizer step of each optimizer as the loop builds it,
+each checkpointing mode's and the chunked loss's extra time, unpacking a quantized base, and offloading's
+round trip. Each timing is repeated in interleaved rounds: the median is kept, (max - min) / median is its
+spread. The result is cached as JSON per device type; a cache from another machine or torch is measured again.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+
+from minigpt.config import TrainConfig
+from minigpt.corpus import default_cache_dir
+from minigpt.device import device_info
+from minigpt.files import write_atomically
+from minigpt.model import ModelConfig
+from minigpt.precision import precision_problem, probe_precision
+from minigpt.quantize import dequantize, quantize
+from minigpt.step import StepState, build_step_state, forward_backward, optimizer_step
+from minigpt.step_time import Calibration, elementwise_values_per_token, forward_flops_per_token
+from minigpt.timing import clock
+
+CALIBRATION_VERSION = 2  # bump when what is measured changes: older caches are measured again
+PRECISIONS = ("fp32", "bf16", "fp16", "bf16-pure")
+# Three steps per precision, (model, sequences of CTX tokens): two widths tell matmul FLOPs (which grow as the
+# width squared) from elementwise values (as the width), and two batches tell both (which grow with the tokens)
+# from the per-step cost of launching each layer's ops. A small vocabulary keeps the head from dominating.
+NARROW = ModelConfig(n_layer=2, n_head=2, n_embd=128, ctx=128, vocab_size=1024)
+WIDE = ModelConfig(n_layer=2, n_head=4, n_embd=256, ctx=128, vocab_size=1024)
+SHAPES = ((NARROW, 1), (WIDE, 1), (NARROW, 4))
+CTX, ROUNDS = 128, 3
+OFFLOAD_BYTES = 32 * 2**20
+QUANTIZED_SHAPE = (1024, 1024)
+CHECKPOINTS = ("full", "sqrt", "selective")
+
+
+def cache_path(device_type: str) -> Path:
+    """Where the calibration of this device type is kept: $MINIGPT_CACHE/calibration/<device>.json."""
+    return default_cache_dir() / "calibration" / f"{device_type}.json"
+
+
+def machine_key(device_type: str) -> dict:
+    """What a calibration is valid for: this machine, its device, this torch and its thread count."""
+    return {
+        "version": CALIBRATION_VERSION,
+        "machine": platform.node(),
+        "device": device_info(torch.device(device_type)).name,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def calibration(device_type: str = "cpu", refresh: bool = False, path: Path | None = None) -> Calibration:
+    """The cached calibration of this device if it was made here with this torch, else measured now and cached.
+
+    refresh: measure again whatever the cache holds (`minigpt plan --recalibrate`). An unreadable cache is said
+    on stderr and measured again, never a traceback.
+    """
+    path = path or cache_path(device_type)
+    key = machine_key(device_type)
+    if not refresh and path.exists():
+        why = None
+        try:
+            saved = json.loads(path.read_text(encoding="utf-8"))
+            if saved.get("key") == key:
+                cal = _from_json(saved["calibration"])
+                return replace(cal, source=f"calibrated {cal.created}, cached in {path}")
+            why = f"it was made for {_difference(saved.get('key') or {}, key)}"
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            why = f"it is unreadable ({type(error).__name__}: {error})"
+        print(f"note: the step-time calibration {path}: {why}; measuring it again", file=sys.stderr)
+    t0 = time.perf_counter()
+    cal = measure(torch.device(device_type))
+    took = time.perf_counter() - t0
+    text = json.dumps({"key": key, "seconds": took, "calibration": asdict(replace(cal, source=""))}, indent=1)
+    write_atomically(path, lambda f: f.write(text.encode()))
+    return replace(cal, source=f"measured now in {took:.0f} s, cached in {path}")
+
+
+def _difference(old: dict, new: dict) -> str:
+    changed = [f"{k} {old.get(k)!r}" for k in new if old.get(k) != new[k]]
+    return ", ".join(changed) + f" (now {', '.join(repr(new[k]) for k in new if old.get(k) != new[k])})"
+
+
+def _from_json(saved: dict) -> Calibration:
+    cal = Calibration(**saved)
+    compute = {p: tuple(float(x) for x in rates) for p, rates in cal.compute.items()}
+    if any(len(rates) != 3 for rates in compute.values()):
+        raise ValueError("a precision's rates are not (per FLOP, per value, per layer)")
+    if not set(PRECISIONS) <= set(compute) or not {"adamw", "adamw8bit"} <= set(cal.optimizer):
+        raise ValueError("a precision or an optimizer is missing")
+    return replace(cal, compute=compute)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The measurement
+
+
+def _timed(run: Callable[[], object], device: torch.device) -> float:
+    """Seconds of one call by minigpt.timing's clock: this process's CPU time on a CPU (other programs do not
+    inflate it), the wall clock after the queued work on a GPU."""
+    t0 = clock(device)
+    run()
+    return clock(device) - t0
+
+
+def _median(times: list[float], spread: dict, name: str) -> float:
+    """The median of the rounds; their (max - min) / median goes into `spread` under `name`."""
+    med = statistics.median(times)
+    spread[name] = (max(times) - min(times)) / med if med > 0 else 0.0
+    return med
+
+
+def _state(model: ModelConfig, batch: int, device: torch.device, **levers) -> tuple[StepState, list]:
+    cfg = TrainConfig(batch=batch, ctx=CTX, verbose=False, **levers)
+    x = torch.randint(0, model.vocab_size, (batch, CTX + 1), generator=torch.Generator().manual_seed(0))
+    return build_step_state(model, cfg, device), [(x[:, :-1], x[:, 1:])]
+
+
+def _forward_backward(state: StepState, batch: list, precision: str, device: torch.device) -> Callable[[], None]:
+    def run() -> None:
+        forward_backward(state.forward, batch, device, precision, state.scaler)
+        state.optimizer.zero_grad(set_to_none=True)
+
+    return run
+
+
+def _optimizer_step(state: StepState, batch: list, precision: str, device: torch.device) -> Callable[[], None]:
+    """One optimizer_step (clip, step, zero) on the gradients of one real backward, kept and put back each time."""
+    forward_backward(state.forward, batch, device, precision, state.scaler)
+    params = [p for p in state.model.parameters() if p.grad is not None]
+    grads = [p.grad.clone() for p in params]
+
+    def run() -> None:
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        optimizer_step(state, grad_clip=1.0)
+
+    return run
+
+
+def measure(device: torch.device, rounds: int = ROUNDS) -> Calibration:
+    """Time everything the plan needs, in `rounds` interleaved rounds after a warm-up round; see the module doc."""
+    supported = [p for p in PRECISIONS if precision_problem(probe_precision(device, p)) is None]
+    runs: dict[str, Callable[[], object]] = {}
+    params: dict[str, int] = {}  # trained parameters of each optimizer step timed
+    for precision in supported:
+        master = {"master_weights": True} if precision == "bf16-pure" else {}
+        for i, (model, batch) in enumerate(SHAPES):
+            state, xy = _state(model, batch, device, precision=precision, **master)
+            runs[f"{precision} {i}"] = _forward_backward(state, xy, precision, device)
+            if model is WIDE:  # the optimizer of the widest model: the most parameters per tensor
+                runs[f"{precision} optimizer"] = _optimizer_step(state, xy, precision, device)
+                params[precision] = sum(p.numel() for p in state.model.parameters())
+    state, xy = _state(WIDE, 1, device, optimizer="adamw8bit")  # eager, as the loop builds it without --compile
+    runs["adamw8bit optimizer"] = _optimizer_step(state, xy, "fp32", device)
+    levers = {"full": {"checkpointing": "full"}, "sqrt": {"checkpointing": "sqrt"}}
+    levers |= {"selective": {"checkpointing": "selective"}, "chunked": {"loss_chunks": 8}}
+    for name, lever in levers.items():
+        state, xy = _state(WIDE, 1, device, **lever)
+        runs[f"fp32 {name}"] = _forward_backward(state, xy, "fp32", device)
+    for kind in ("int8", "nf4"):
+        q = quantize(torch.randn(QUANTIZED_SHAPE, device=device), kind)
+        runs[f"unpack {kind}"] = lambda q=q: dequantize(q.codes, q.scales, q.shape, torch.float32)
+    runs["offload"] = offload_round_trip(device)
+
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    names = list(runs)
+    for r in range(rounds + 1):  # round 0 warms up: kernels chosen, caches and AdamW's state made
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            seconds = _timed(runs[name], device)
+            if r > 0:
+                times[name].append(seconds)
+    spread: dict[str, float] = {}
+    t = {name: _median(ts, spread, name) for name, ts in times.items()}
+    return _solve(t, spread, supported, params)
+
+
+def _features(model: ModelConfig, batch: int) -> list[float]:
+    """One forward + backward's FLOPs, elementwise values and layers (the blocks and the head) at CTX tokens."""
+    tokens = batch * CTX
+    flops, values = forward_flops_per_token(model, CTX), elementwise_values_per_token(model)
+    return [3 * tokens * sum(flops.values()), tokens * sum(values.values()), model.n_layer + 1]
+
+
+def _fit(seconds: list[float]) -> tuple[float, float, float]:
+    """Seconds per FLOP, per value and per layer from the three steps; a term the noise made negative is dropped
+    (least squares on the others), so every rate stays >= 0."""
+    features = torch.tensor([_features(model, batch) for model, batch in SHAPES], dtype=torch.float64)
+    t = torch.tensor(seconds, dtype=torch.float64)[:, None]
+    for keep in ([0, 1, 2], [0, 2], [0, 1], [0]):
+        coef = torch.linalg.lstsq(features[:, keep], t).solution.flatten().tolist()
+        if min(coef) >= 0:
+            full = dict(zip(keep, coef))
+            return full.get(0, 0.0), full.get(1, 0.0), full.get(2, 0.0)
+    return seconds[1] / _features(*SHAPES[1])[0], 0.0, 0.0  # per FLOP of the wide step, all of its time
+
+
+def _solve(t: dict, spread: dict, supported: list[str], params: dict[str, int]) -> Calibration:
+    """The calibration from the medians of the rounds."""
+    compute = {p: _fit([t[f"{p} {i}"] for i in range(len(SHAPES))]) for p in supported}
+    for p in PRECISIONS:  # one the device cannot run is never planned, but every precision has a rate
+        compute.setdefault(p, compute["fp32"])
+    adamw = t["fp32 optimizer"] / params["fp32"]
+    extra = {p: max(0.0, t[f"{p} optimizer"] / params[p] - adamw) for p in supported}
+    # each lever's extra time as a share of the forward of the part it redoes, from the fp32 rates (a forward is a
+    # third of a forward + backward)
+    per_flop, per_value, per_layer = compute["fp32"]
+    flops, values = forward_flops_per_token(WIDE, CTX), elementwise_values_per_token(WIDE)
+    layers = {"blocks": WIDE.n_layer, "head": 1}
+    forward = {k: (CTX * (3 * flops[k] * per_flop + values[k] * per_value) + layers[k] * per_layer) / 3 for k in layers}
+    wide = t["fp32 1"]
+    return Calibration(
+        compute=compute,
+        optimizer={"adamw": adamw, "adamw8bit": t["adamw8bit optimizer"] / params["fp32"]},
+        optimizer_extra=extra,
+        recompute={"none": 0.0} | {m: max(0.0, (t[f"fp32 {m}"] - wide) / forward["blocks"]) for m in CHECKPOINTS},
+        chunked_loss=max(0.0, (t["fp32 chunked"] - wide) / forward["head"]),
+        unpack={kind: t[f"unpack {kind}"] / (QUANTIZED_SHAPE[0] * QUANTIZED_SHAPE[1]) for kind in ("int8", "nf4")},
+        offload=2 * OFFLOAD_BYTES / t["offload"],
+        spread=spread,
+        created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    )
+
+
+def offload_round_trip(device: torch.device, n_bytes: int = OFFLOAD_BYTES) -> Callable[[], None]:
+    """A call that moves n_bytes out and back as --offload-activations does: a file on a CPU; on CUDA one copy
+    each way to a pinned host buffer made beforehand, as the offloader copies (timing.clock waits for them)."""
+    data = torch.ones(n_bytes, dtype=torch.uint8, device=device)
+    if device.type == "cuda":
+        host = torch.empty(n_bytes, dtype=torch.uint8, pin_memory=True)
+
+        def pinned() -> None:
+            host.copy_(data, non_blocking=True)
+            data.copy_(host, non_blocking=True)
+
+        return pinned
+
+    def through_a_file() -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "probe.bin")
+            data.numpy().tofile(path)
+            torch.from_file(path, size=n_bytes, dtype=torch.uint8).clone()
+
+    return through_a_file
