@@ -1,15 +1,19 @@
 """Calibrate the planner's clock: time real steps of the engine once per machine and torch, and keep the result.
 
 A lone matmul misses what a precision costs around it (autocast's casts, fp16's scaler, the elementwise ops),
-so this times the engine's own forward + backward of a small GPT at two widths per precision and solves for
-seconds per FLOP and per elementwise value; then the optimizer step of each optimizer as the loop builds it,
-each checkpointing mode's and the chunked loss's extra time, unpacking a quantized base, and offloading's
-round trip. Each timing is repeated in interleaved rounds: the median is kept, (max - min) / median is its
-spread. The result is cached as JSON per device type; a cache from another machine or torch is measured again.
+so this times the engine's own forward + backward of a small GPT at three shapes per precision and solves for
+seconds per FLOP, per elementwise value and per layer; then the optimizer step of each optimizer
+as the loop builds it (at two sizes: its cost per parameter and its fixed cost), one whole train_step (what it
+does around forward, backward and the optimizer is the remainder), each checkpointing mode's and the chunked
+loss's extra time, and LoRA on an int8 and an nf4 base and a step with offloading, whose time beyond the
+model's prediction is what unpacking and offloading cost (at least what unpacking or moving the bytes alone
+takes). Each timing is repeated in interleaved rounds: the median is kept, (max - min) / median is its spread.
+The result is cached as JSON per device type; a cache from another machine or torch is measured again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -24,18 +28,19 @@ from pathlib import Path
 
 import torch
 
+from minigpt import memory
 from minigpt.config import TrainConfig
 from minigpt.corpus import default_cache_dir
 from minigpt.device import device_info
 from minigpt.files import write_atomically
-from minigpt.model import ModelConfig
+from minigpt.model import ModelConfig, count_params
 from minigpt.precision import precision_problem, probe_precision
 from minigpt.quantize import dequantize, quantize
-from minigpt.step import StepState, build_step_state, forward_backward, optimizer_step
-from minigpt.step_time import Calibration, elementwise_values_per_token, forward_flops_per_token
+from minigpt.step import StepState, build_step_state, forward_backward, new_offloader, optimizer_step, train_step
+from minigpt.step_time import Calibration, elementwise_values_per_token, forward_flops_per_token, step_seconds
 from minigpt.timing import clock
 
-CALIBRATION_VERSION = 2  # bump when what is measured changes: older caches are measured again
+CALIBRATION_VERSION = 3  # bump when what is measured changes: older caches are measured again
 PRECISIONS = ("fp32", "bf16", "fp16", "bf16-pure")
 # Three steps per precision, (model, sequences of CTX tokens): two widths tell matmul FLOPs (which grow as the
 # width squared) from elementwise values (as the width), and two batches tell both (which grow with the tokens)
@@ -43,6 +48,7 @@ PRECISIONS = ("fp32", "bf16", "fp16", "bf16-pure")
 NARROW = ModelConfig(n_layer=2, n_head=2, n_embd=128, ctx=128, vocab_size=1024)
 WIDE = ModelConfig(n_layer=2, n_head=4, n_embd=256, ctx=128, vocab_size=1024)
 SHAPES = ((NARROW, 1), (WIDE, 1), (NARROW, 4))
+LORA_RANK = 8
 CTX, ROUNDS = 128, 3
 OFFLOAD_BYTES = 32 * 2**20
 QUANTIZED_SHAPE = (1024, 1024)
@@ -133,11 +139,20 @@ def _state(model: ModelConfig, batch: int, device: torch.device, **levers) -> tu
 
 
 def _forward_backward(state: StepState, batch: list, precision: str, device: torch.device) -> Callable[[], None]:
+    """One forward + backward, with the offloader of a window when the state offloads (as train_step runs it)."""
+
     def run() -> None:
-        forward_backward(state.forward, batch, device, precision, state.scaler)
+        offload = new_offloader(state, device)
+        with offload or contextlib.nullcontext():
+            forward_backward(state.forward, batch, device, precision, state.scaler, offload)
         state.optimizer.zero_grad(set_to_none=True)
 
     return run
+
+
+def _train_step(state: StepState, batch: list, device: torch.device) -> Callable[[], None]:
+    """One whole train_step in fp32: forward, backward, optimizer, and what the step does around them."""
+    return lambda: train_step(state, batch, device, "fp32", grad_clip=1.0)
 
 
 def _optimizer_step(state: StepState, batch: list, precision: str, device: torch.device) -> Callable[[], None]:
@@ -167,17 +182,26 @@ def measure(device: torch.device, rounds: int = ROUNDS) -> Calibration:
             if model is WIDE:  # the optimizer of the widest model: the most parameters per tensor
                 runs[f"{precision} optimizer"] = _optimizer_step(state, xy, precision, device)
                 params[precision] = sum(p.numel() for p in state.model.parameters())
+    state, xy = _state(NARROW, 1, device)  # a second size of AdamW's step: its fixed cost from the two
+    runs["fp32 optimizer narrow"] = _optimizer_step(state, xy, "fp32", device)
+    params["fp32 narrow"] = count_params(NARROW)
     state, xy = _state(WIDE, 1, device, optimizer="adamw8bit")  # eager, as the loop builds it without --compile
     runs["adamw8bit optimizer"] = _optimizer_step(state, xy, "fp32", device)
+    state, xy = _state(WIDE, 1, device)
+    runs["fp32 train_step"] = _train_step(state, xy, device)
     levers = {"full": {"checkpointing": "full"}, "sqrt": {"checkpointing": "sqrt"}}
     levers |= {"selective": {"checkpointing": "selective"}, "chunked": {"loss_chunks": 8}}
+    levers |= {"offload": {"offload_activations": True}}
+    levers |= {f"lora {kind}": {"lora_rank": LORA_RANK, "base_dtype": kind} for kind in ("int8", "nf4")}
     for name, lever in levers.items():
         state, xy = _state(WIDE, 1, device, **lever)
         runs[f"fp32 {name}"] = _forward_backward(state, xy, "fp32", device)
-    for kind in ("int8", "nf4"):
+        if "lora_rank" in lever:
+            params[name] = sum(p.numel() for p in state.model.parameters() if p.requires_grad)
+    for kind in ("int8", "nf4"):  # unpacking alone: the least a LoRA step on this base adds
         q = quantize(torch.randn(QUANTIZED_SHAPE, device=device), kind)
         runs[f"unpack {kind}"] = lambda q=q: dequantize(q.codes, q.scales, q.shape, torch.float32)
-    runs["offload"] = offload_round_trip(device)
+    runs["offload"] = offload_round_trip(device, OFFLOAD_BYTES)  # the bytes alone: the least offloading adds
 
     times: dict[str, list[float]] = {name: [] for name in runs}
     names = list(runs)
@@ -188,7 +212,7 @@ def measure(device: torch.device, rounds: int = ROUNDS) -> Calibration:
                 times[name].append(seconds)
     spread: dict[str, float] = {}
     t = {name: _median(ts, spread, name) for name, ts in times.items()}
-    return _solve(t, spread, supported, params)
+    return _solve(t, spread, supported, params, device.type)
 
 
 def _features(model: ModelConfig, batch: int) -> list[float]:
@@ -211,31 +235,70 @@ def _fit(seconds: list[float]) -> tuple[float, float, float]:
     return seconds[1] / _features(*SHAPES[1])[0], 0.0, 0.0  # per FLOP of the wide step, all of its time
 
 
-def _solve(t: dict, spread: dict, supported: list[str], params: dict[str, int]) -> Calibration:
+def _solve(t: dict, spread: dict, supported: list[str], params: dict[str, int], device_type: str) -> Calibration:
     """The calibration from the medians of the rounds."""
     compute = {p: _fit([t[f"{p} {i}"] for i in range(len(SHAPES))]) for p in supported}
     for p in PRECISIONS:  # one the device cannot run is never planned, but every precision has a rate
         compute.setdefault(p, compute["fp32"])
-    adamw = t["fp32 optimizer"] / params["fp32"]
-    extra = {p: max(0.0, t[f"{p} optimizer"] / params[p] - adamw) for p in supported}
+    # AdamW's step at two sizes: seconds per parameter, and a fixed part (clipping's and the schedule's launches)
+    wide, narrow = params["fp32"], params["fp32 narrow"]
+    adamw = max(0.0, (t["fp32 optimizer"] - t["fp32 optimizer narrow"]) / (wide - narrow))
+    fixed = max(0.0, t["fp32 optimizer"] - adamw * wide)
+    if fixed == 0.0:  # the noise made the larger step the cheaper per parameter: all of it per parameter
+        adamw = t["fp32 optimizer"] / wide
+    per_param = {p: max(0.0, t[f"{p} optimizer"] - fixed) / params[p] for p in supported}
+    around = max(0.0, t["fp32 train_step"] - t["fp32 1"] - t["fp32 optimizer"])  # train_step beyond its parts
     # each lever's extra time as a share of the forward of the part it redoes, from the fp32 rates (a forward is a
     # third of a forward + backward)
     per_flop, per_value, per_layer = compute["fp32"]
     flops, values = forward_flops_per_token(WIDE, CTX), elementwise_values_per_token(WIDE)
     layers = {"blocks": WIDE.n_layer, "head": 1}
     forward = {k: (CTX * (3 * flops[k] * per_flop + values[k] * per_value) + layers[k] * per_layer) / 3 for k in layers}
-    wide = t["fp32 1"]
-    return Calibration(
+    cal = Calibration(
         compute=compute,
-        optimizer={"adamw": adamw, "adamw8bit": t["adamw8bit optimizer"] / params["fp32"]},
-        optimizer_extra=extra,
-        recompute={"none": 0.0} | {m: max(0.0, (t[f"fp32 {m}"] - wide) / forward["blocks"]) for m in CHECKPOINTS},
-        chunked_loss=max(0.0, (t["fp32 chunked"] - wide) / forward["head"]),
+        optimizer={"adamw": adamw, "adamw8bit": max(0.0, t["adamw8bit optimizer"] - fixed) / wide},
+        optimizer_extra={p: max(0.0, per_param[p] - adamw) for p in supported},
+        recompute={"none": 0.0}
+        | {m: max(0.0, (t[f"fp32 {m}"] - t["fp32 1"]) / forward["blocks"]) for m in CHECKPOINTS},
+        chunked_loss=max(0.0, (t["fp32 chunked"] - t["fp32 1"]) / forward["head"]),
         unpack={kind: t[f"unpack {kind}"] / (QUANTIZED_SHAPE[0] * QUANTIZED_SHAPE[1]) for kind in ("int8", "nf4")},
         offload=2 * OFFLOAD_BYTES / t["offload"],
+        per_step=fixed + around,
         spread=spread,
         created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     )
+    return replace(cal, unpack=_unpack_in_a_step(t, cal, params), offload=_offload_in_a_step(t, cal, device_type))
+
+
+def _forward_backward_seconds(cal: Calibration, **levers) -> float:
+    """What the calibration predicts for one fp32 forward + backward of WIDE at CTX tokens with these levers."""
+    n = count_params(WIDE)
+    seconds = step_seconds(WIDE, CTX, CTX, n, cal, **levers)
+    return seconds["compute"] + seconds["recompute"]
+
+
+def _unpack_in_a_step(t: dict, cal: Calibration, params: dict[str, int]) -> dict[str, float]:
+    """Seconds per value unpacked, from a LoRA step on each base: its time beyond the model's prediction without
+    unpacking, over the values it unpacks (twice the blocks' weights: forward and backward). At least the rate
+    of unpacking alone, which the noise cannot undercut."""
+    unpacked = 2 * (count_params(WIDE) - WIDE.vocab_size * WIDE.n_embd)
+    free = replace(cal, unpack={})  # nothing for unpacking: what the rest of the step costs
+    rates = {}
+    for kind, alone in cal.unpack.items():
+        rest = _forward_backward_seconds(free, lora_base=kind, trained_params=params[f"lora {kind}"])
+        rates[kind] = max(alone, (t[f"fp32 lora {kind}"] - rest) / unpacked)
+    return rates
+
+
+def _offload_in_a_step(t: dict, cal: Calibration, device_type: str) -> float:
+    """Bytes per second of a round trip, from a step with --offload-activations: what it moves (minigpt.memory),
+    over its time beyond the plain step's, which includes the offloader's files or copies per saved tensor.
+    At most the rate of moving the bytes alone."""
+    moved = memory.estimate(WIDE, 1, CTX, "fp32", device=device_type, offload_activations=True).offloaded or 0
+    extra = t["fp32 offload"] - t["fp32 1"]
+    if moved == 0 or extra <= 0:
+        return cal.offload
+    return min(cal.offload, 2 * moved / extra)
 
 
 def offload_round_trip(device: torch.device, n_bytes: int = OFFLOAD_BYTES) -> Callable[[], None]:

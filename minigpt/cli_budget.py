@@ -83,11 +83,11 @@ def cmd_plan_budget(args: argparse.Namespace) -> int:
     if args.batch < 1:
         raise ValueError(f"--batch must be at least 1, got {args.batch}")
     choices = all_levers(supported_precisions(device), fine_tune=True) if args.fine_tune else None
+    if args.largest and (args.preset or args.n_layer or args.n_embd or args.n_head):
+        raise ValueError("--largest chooses the model itself: leave out --preset and the shape flags")
     cal = calibration(device.type, refresh=args.recalibrate)  # cached: the same machine gives the same plan
     if args.largest:
         ctx = args.ctx or LARGEST_CTX  # no preset to take it from
-        if args.preset or args.n_layer or args.n_embd or args.n_head:
-            raise ValueError("--largest chooses the model itself: leave out --preset and the shape flags")
         best = largest(budget, ctx, args.batch, device.type, choices=choices, cal=cal)
         naive = largest(budget, ctx, args.batch, device.type, choices=[NO_LEVERS], cal=cal)
         ratio = count_params(best.model) / count_params(naive.model)

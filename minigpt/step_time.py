@@ -57,9 +57,12 @@ class Calibration:
     its layers (the head is one) x the third, which is what launching a layer's ops costs whatever its size.
     optimizer: seconds per parameter of the optimizer step in fp32 ("adamw", "adamw8bit"), and
     optimizer_extra: what each precision adds per parameter (fp16's unscale, bf16-pure's master copies).
+    per_step: seconds every step costs whatever its size: the optimizer step's fixed part (the schedule, the
+    clipping's launches) and what train_step does around forward, backward and the optimizer.
     recompute: checkpointing mode -> share of the blocks' forward time it adds; chunked_loss: share of the
-    head's forward time the chunked loss adds. unpack: seconds per value to unpack an int8 or nf4 base.
-    offload: bytes per second of a round trip out and back. spread: each timing's (max - min) / median.
+    head's forward time the chunked loss adds. unpack: seconds per value to unpack an int8 or nf4 base, as a
+    LoRA step on it takes them. offload: bytes per second of a round trip out and back, as a step with
+    --offload-activations moves them. spread: each timing's (max - min) / median.
     """
 
     compute: dict[str, tuple[float, float, float]]
@@ -69,6 +72,7 @@ class Calibration:
     chunked_loss: float
     unpack: dict[str, float]
     offload: float
+    per_step: float = 0.0
     spread: dict[str, float] = field(default_factory=dict)
     created: str = ""  # when it was measured (UTC)
     source: str = ""  # where it came from: measured now, or the cache file it was read from
@@ -96,7 +100,8 @@ def step_seconds(
     lora_base: str | None = None,
     trained_params: int | None = None,
 ) -> dict[str, float]:
-    """Predicted seconds of one step, by part: compute, recompute (checkpointing, chunked loss), optimizer, offload.
+    """Predicted seconds of one step, by part: compute, recompute (checkpointing, chunked loss), optimizer, offload,
+    and the fixed cost of a step.
 
     The step in backward moves no work, so it costs nothing here. `lora_base`: LoRA on a frozen base of that
     dtype: the frozen weights need no gradient (backward is one forward, not two), and an int8 or nf4 base is
@@ -117,4 +122,5 @@ def step_seconds(
         "recompute": recompute,
         "optimizer": stepped * (cal.optimizer[optimizer] + cal.optimizer_extra.get(precision, 0.0)),
         "offload": 2 * offloaded_bytes / cal.offload if offloaded_bytes else 0.0,  # out, then back in
+        "fixed": cal.per_step,
     }
