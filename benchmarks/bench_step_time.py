@@ -1,6 +1,7 @@
 """13. The planner's clock: predicted against measured step time per lever set, and the budget plan's pick.
 
-Prediction: minigpt.step_time.step_seconds at the device's cached calibration (minigpt.calibrate). Measured:
+Prediction: minigpt.step_time.step_seconds at a calibration (minigpt.calibrate) measured at the start of the run,
+under the same load as the steps (not cached: the plans' cache is left as it is). Measured:
 train_step of the real engine, one lever set at a time, median of the steps after a warm-up, by the same
 clock as the calibration (minigpt.timing.clock: this process's CPU time on a CPU). Then for `plan --budget`
 on two budgets: every candidate that fits is measured, and the plan's pick is set against the fastest.
@@ -13,12 +14,13 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from benchmarks.benchlib import MIB, Check, Section, main_for, table
-from minigpt.calibrate import calibration
+from minigpt.calibrate import measure
 from minigpt.config import TrainConfig
 from minigpt.data import TokenData
 from minigpt.model import get_config
@@ -92,8 +94,9 @@ def predicted(preset: str, batch: int, ctx: int, levers: Levers, device: torch.d
 
 def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = None) -> Section:
     t_start = time.perf_counter()
-    cal = calibration(device.type)
-    size, steps = SIZES[quick], 1 if quick else STEPS
+    t0 = time.perf_counter()
+    cal = replace(measure(device), source=f"measured at the start of this run in {time.perf_counter() - t0:.0f} s")
+    size, steps = SIZES[quick], STEPS
     rows, errors = [], []
     for preset, batch, ctx in size["grid"]:
         for name, levers in GRID.items():

@@ -192,15 +192,17 @@ def measure(device: torch.device, rounds: int = ROUNDS) -> Calibration:
     levers = {"full": {"checkpointing": "full"}, "sqrt": {"checkpointing": "sqrt"}}
     levers |= {"selective": {"checkpointing": "selective"}, "chunked": {"loss_chunks": 8}}
     levers |= {"offload": {"offload_activations": True}}
-    levers |= {f"lora {kind}": {"lora_rank": LORA_RANK, "base_dtype": kind} for kind in ("int8", "nf4")}
+    levers |= {f"lora {kind}": {"lora_rank": LORA_RANK, "base_dtype": kind} for kind in ("fp32", "int8", "nf4")}
     for name, lever in levers.items():
         state, xy = _state(WIDE, 1, device, **lever)
         runs[f"fp32 {name}"] = _forward_backward(state, xy, "fp32", device)
-        if "lora_rank" in lever:
-            params[name] = sum(p.numel() for p in state.model.parameters() if p.requires_grad)
+    state, xy = _state(NARROW, 1, device, lora_rank=LORA_RANK)  # a second size: the adapters' own cost
+    runs["fp32 lora fp32 narrow"] = _forward_backward(state, xy, "fp32", device)
     for kind in ("int8", "nf4"):  # unpacking alone: the least a LoRA step on this base adds
         q = quantize(torch.randn(QUANTIZED_SHAPE, device=device), kind)
         runs[f"unpack {kind}"] = lambda q=q: dequantize(q.codes, q.scales, q.shape, torch.float32)
+    state, xy = _state(NARROW, 1, device, offload_activations=True)  # a second size: offloading's fixed part
+    runs["fp32 offload narrow"] = _forward_backward(state, xy, "fp32", device)
     runs["offload"] = offload_round_trip(device, OFFLOAD_BYTES)  # the bytes alone: the least offloading adds
 
     times: dict[str, list[float]] = {name: [] for name in runs}
@@ -267,38 +269,62 @@ def _solve(t: dict, spread: dict, supported: list[str], params: dict[str, int], 
         spread=spread,
         created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     )
-    return replace(cal, unpack=_unpack_in_a_step(t, cal, params), offload=_offload_in_a_step(t, cal, device_type))
+    offload, offload_fixed = _offload_in_a_step(t, cal, device_type)
+    lora_per_layer = _lora_per_layer(t, cal)
+    with_lora = replace(cal, lora_per_layer=lora_per_layer)
+    unpack = _unpack_in_a_step(t, with_lora)
+    return replace(with_lora, unpack=unpack, offload=offload, offload_per_layer=offload_fixed / WIDE.n_layer)
 
 
-def _forward_backward_seconds(cal: Calibration, **levers) -> float:
-    """What the calibration predicts for one fp32 forward + backward of WIDE at CTX tokens with these levers."""
-    n = count_params(WIDE)
-    seconds = step_seconds(WIDE, CTX, CTX, n, cal, **levers)
-    return seconds["compute"] + seconds["recompute"]
+def _predicted_lora(cal: Calibration, model: ModelConfig, plain: float, base: str) -> float:
+    """A LoRA forward + backward of `model` at CTX tokens as the calibration predicts it, scaled by the measured
+    plain step over the predicted one: what the load of the moment does to both cancels."""
+    n = count_params(model)
+
+    def compute(**lora) -> float:
+        return step_seconds(model, CTX, CTX, n, cal, trained_params=1, **lora)["compute"]
+
+    return plain * compute(lora_base=base) / compute()
 
 
-def _unpack_in_a_step(t: dict, cal: Calibration, params: dict[str, int]) -> dict[str, float]:
-    """Seconds per value unpacked, from a LoRA step on each base: its time beyond the model's prediction without
-    unpacking, over the values it unpacks (twice the blocks' weights: forward and backward). At least the rate
+def _lora_per_layer(t: dict, cal: Calibration) -> float:
+    """Seconds per block the adapters' own ops add: a LoRA step on an fp32 base beyond what the model predicts
+    without them (frozen weights, no unpacking), at two widths, averaged over their blocks."""
+    free = replace(cal, lora_per_layer=0.0)
+    extra = [
+        t["fp32 lora fp32 narrow"] - _predicted_lora(free, NARROW, t["fp32 0"], "fp32"),
+        t["fp32 lora fp32"] - _predicted_lora(free, WIDE, t["fp32 1"], "fp32"),
+    ]
+    return max(0.0, statistics.mean(extra)) / WIDE.n_layer
+
+
+def _unpack_in_a_step(t: dict, cal: Calibration) -> dict[str, float]:
+    """Seconds per value unpacked, from a LoRA step on each quantized base: its time beyond the same step on an
+    fp32 base, over the values it unpacks (twice the blocks' weights: forward and backward). At least the rate
     of unpacking alone, which the noise cannot undercut."""
     unpacked = 2 * (count_params(WIDE) - WIDE.vocab_size * WIDE.n_embd)
-    free = replace(cal, unpack={})  # nothing for unpacking: what the rest of the step costs
-    rates = {}
-    for kind, alone in cal.unpack.items():
-        rest = _forward_backward_seconds(free, lora_base=kind, trained_params=params[f"lora {kind}"])
-        rates[kind] = max(alone, (t[f"fp32 lora {kind}"] - rest) / unpacked)
-    return rates
+    extra = {kind: t[f"fp32 lora {kind}"] - t["fp32 lora fp32"] for kind in cal.unpack}
+    return {kind: max(alone, extra[kind] / unpacked) for kind, alone in cal.unpack.items()}
 
 
-def _offload_in_a_step(t: dict, cal: Calibration, device_type: str) -> float:
-    """Bytes per second of a round trip, from a step with --offload-activations: what it moves (minigpt.memory),
-    over its time beyond the plain step's, which includes the offloader's files or copies per saved tensor.
-    At most the rate of moving the bytes alone."""
-    moved = memory.estimate(WIDE, 1, CTX, "fp32", device=device_type, offload_activations=True).offloaded or 0
-    extra = t["fp32 offload"] - t["fp32 1"]
-    if moved == 0 or extra <= 0:
-        return cal.offload
-    return min(cal.offload, 2 * moved / extra)
+def _offload_in_a_step(t: dict, cal: Calibration, device_type: str) -> tuple[float, float]:
+    """(bytes per second of a round trip, fixed seconds a step) of --offload-activations, from a step with it at
+    two widths: its time beyond the plain step's against the bytes it moves (minigpt.memory). The fixed part is
+    the offloader's file or copy per saved tensor (per block: both widths have WIDE's blocks); the rate is at
+    most that of the bytes alone."""
+
+    def moved(model: ModelConfig) -> int:
+        return memory.estimate(model, 1, CTX, "fp32", device=device_type, offload_activations=True).offloaded or 0
+
+    points = [(moved(NARROW), t["fp32 offload narrow"] - t["fp32 0"]), (moved(WIDE), t["fp32 offload"] - t["fp32 1"])]
+    (small, extra_small), (large, extra_large) = points
+    if large <= small or extra_large <= 0:
+        return cal.offload, 0.0
+    per_byte = max(2 / cal.offload, (extra_large - extra_small) / (large - small))  # out and back: 2 bytes moved
+    fixed = extra_large - per_byte * large
+    if fixed < 0:  # the noise made the smaller step the dearer per byte: all of it per byte
+        per_byte, fixed = max(2 / cal.offload, extra_large / large), 0.0
+    return 2 / per_byte, fixed
 
 
 def offload_round_trip(device: torch.device, n_bytes: int = OFFLOAD_BYTES) -> Callable[[], None]:

@@ -62,7 +62,9 @@ class Calibration:
     recompute: checkpointing mode -> share of the blocks' forward time it adds; chunked_loss: share of the
     head's forward time the chunked loss adds. unpack: seconds per value to unpack an int8 or nf4 base, as a
     LoRA step on it takes them. offload: bytes per second of a round trip out and back, as a step with
-    --offload-activations moves them. spread: each timing's (max - min) / median.
+    --offload-activations moves them, and offload_per_layer: what such a step costs more per block whatever it
+    moves (the offloader's file or copy per saved tensor). lora_per_layer: what the adapters' own ops cost per
+    block. spread: each timing's (max - min) / median.
     """
 
     compute: dict[str, tuple[float, float, float]]
@@ -73,6 +75,8 @@ class Calibration:
     unpack: dict[str, float]
     offload: float
     per_step: float = 0.0
+    offload_per_layer: float = 0.0
+    lora_per_layer: float = 0.0
     spread: dict[str, float] = field(default_factory=dict)
     created: str = ""  # when it was measured (UTC)
     source: str = ""  # where it came from: measured now, or the cache file it was read from
@@ -104,23 +108,30 @@ def step_seconds(
     and the fixed cost of a step.
 
     The step in backward moves no work, so it costs nothing here. `lora_base`: LoRA on a frozen base of that
-    dtype: the frozen weights need no gradient (backward is one forward, not two), and an int8 or nf4 base is
-    unpacked in the forward and again in the backward; `trained_params` (default: all) are stepped.
+    dtype: the frozen weights need no gradient (the backward's matmuls are one forward's, not two; its
+    elementwise work stays), the adapters add their ops to each block, and an int8 or nf4 base is unpacked in
+    the forward and again in the backward; `trained_params` (default: all) are stepped.
     """
     per_flop, per_value, per_layer = cal.compute[precision]
     flops, values = forward_flops_per_token(cfg, ctx), elementwise_values_per_token(cfg)
     layers = {"blocks": cfg.n_layer, "head": 1}
-    # forward + backward of each part; its forward alone is a third of it
-    part = {k: tokens * (3 * flops[k] * per_flop + values[k] * per_value) + layers[k] * per_layer for k in layers}
+    # forward + backward of each part (its forward alone is a third of it): the matmuls, and the rest
+    matmuls = {k: tokens * 3 * flops[k] * per_flop for k in layers}
+    rest = {k: tokens * values[k] * per_value + layers[k] * per_layer for k in layers}
+    part = {k: matmuls[k] + rest[k] for k in layers}
     passes = 2 if lora_base else 3  # forward, input gradients, and weight gradients unless the weights are frozen
-    unpacked = 2 * (n_params - cfg.vocab_size * cfg.n_embd) if lora_base in cal.unpack else 0
+    compute = passes / 3 * sum(matmuls.values()) + sum(rest.values())
+    if lora_base:
+        unpacked = 2 * (n_params - cfg.vocab_size * cfg.n_embd) if lora_base in cal.unpack else 0
+        compute += cfg.n_layer * cal.lora_per_layer + unpacked * cal.unpack.get(lora_base, 0.0)
     recompute = cal.recompute[checkpointing] * part["blocks"] / 3
     recompute += cal.chunked_loss * part["head"] / 3 if loss_chunks > 1 else 0.0
     stepped = trained_params or n_params
+    offload = cfg.n_layer * cal.offload_per_layer + 2 * offloaded_bytes / cal.offload  # out, then back in
     return {
-        "compute": passes / 3 * (part["blocks"] + part["head"]) + unpacked * cal.unpack.get(lora_base, 0.0),
+        "compute": compute,
         "recompute": recompute,
         "optimizer": stepped * (cal.optimizer[optimizer] + cal.optimizer_extra.get(precision, 0.0)),
-        "offload": 2 * offloaded_bytes / cal.offload if offloaded_bytes else 0.0,  # out, then back in
+        "offload": offload if offloaded_bytes else 0.0,
         "fixed": cal.per_step,
     }
