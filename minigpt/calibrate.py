@@ -93,9 +93,15 @@ def calibration(device_type: str = "cpu", refresh: bool = False, path: Path | No
     t0 = time.perf_counter()
     cal = measure(torch.device(device_type))
     took = time.perf_counter() - t0
-    text = json.dumps({"key": key, "seconds": took, "calibration": asdict(replace(cal, source=""))}, indent=1)
-    write_atomically(path, lambda f: f.write(text.encode()))
+    save(path, cal, device_type, took)
     return replace(cal, source=f"measured now in {took:.0f} s, cached in {path}")
+
+
+def save(path: Path, cal: Calibration, device_type: str = "cpu", seconds: float = 0.0) -> None:
+    """Cache `cal` at `path` as made on this machine with this torch (what calibration() reads back)."""
+    saved = {"key": machine_key(device_type), "seconds": seconds, "calibration": asdict(replace(cal, source=""))}
+    text = json.dumps(saved, indent=1)
+    write_atomically(path, lambda f: f.write(text.encode()))
 
 
 def _difference(old: dict, new: dict) -> str:

@@ -7,8 +7,36 @@ import torch
 
 # Every test run gets its own cache (generated corpus, token files) so no test depends on a user's ~/.cache.
 # Set at import time, before any minigpt module reads it; shared by the whole session so it is built once.
+OWN_CACHE = "MINIGPT_CACHE" not in os.environ
 os.environ.setdefault("MINIGPT_CACHE", tempfile.mkdtemp(prefix="minigpt-test-cache-"))
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fixed_step_time_calibration():
+    """The planner's clock as a fixed calibration in the session's own cache: a test that plans through the
+    command line neither spends the calibration's seconds nor plans by this machine's load of the moment
+    (tests/test_step_time.py runs the real measurement once). A cache given by MINIGPT_CACHE is left alone."""
+    if OWN_CACHE:
+        from minigpt import calibrate
+        from minigpt.step_time import Calibration
+
+        # the rates of one calibration of a 2-core CPU, rounded
+        per_precision = {"fp32": (1.5e-11, 2e-9, 1e-3), "bf16": (8e-12, 2e-9, 2e-3), "fp16": (1.8e-10, 2e-9, 1e-3)}
+        fixed = Calibration(
+            compute=per_precision | {"bf16-pure": (7e-12, 2e-9, 2e-3)},
+            optimizer={"adamw": 2e-9, "adamw8bit": 9e-9},
+            optimizer_extra={"fp16": 1e-10, "bf16-pure": 6e-10},
+            recompute={"none": 0.0, "full": 1.2, "sqrt": 1.1, "selective": 1.1},
+            chunked_loss=1.0,
+            unpack={"int8": 1e-9, "nf4": 3.5e-9},
+            offload=2.2e9,
+            per_step=1e-3,
+            offload_per_layer=1e-3,
+            lora_per_layer=2e-4,
+            created="a fixed calibration of the tests",
+        )
+        calibrate.save(calibrate.cache_path("cpu"), fixed)
 
 
 @pytest.fixture

@@ -1,12 +1,13 @@
 """The planner's clock: step_seconds at calibrated rates, and the calibration cached per machine and torch."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
 
-from minigpt import calibrate
-from minigpt.model import count_params, get_config
+from minigpt import calibrate, memory
+from minigpt.model import ModelConfig, count_params, get_config
 from minigpt.plan_budget import Levers, all_levers, family_model, plan_for_budget
 from minigpt.step_time import Calibration, step_seconds
 
@@ -128,8 +129,11 @@ def test_the_plan_names_its_rates_and_is_the_same_twice(tmp_path, monkeypatch):
 
 def test_a_real_calibration_runs_and_gives_positive_rates(monkeypatch):
     """The real measurement, one round on the smallest shapes: every rate there, none negative."""
-    small = calibrate.NARROW
-    monkeypatch.setattr(calibrate, "SHAPES", ((small, 1), (calibrate.WIDE, 1), (small, 2)))
+    small = ModelConfig(n_layer=1, n_head=1, n_embd=16, ctx=32, vocab_size=64)
+    wide = replace(small, n_embd=32)
+    monkeypatch.setattr(calibrate, "NARROW", small)
+    monkeypatch.setattr(calibrate, "WIDE", wide)
+    monkeypatch.setattr(calibrate, "SHAPES", ((small, 1), (wide, 1), (small, 2)))
     monkeypatch.setattr(calibrate, "CTX", 32)
     monkeypatch.setattr(calibrate, "OFFLOAD_BYTES", 2**20)
     monkeypatch.setattr(calibrate, "QUANTIZED_SHAPE", (64, 64))
@@ -140,3 +144,82 @@ def test_a_real_calibration_runs_and_gives_positive_rates(monkeypatch):
     assert cal.optimizer["adamw"] > 0 and cal.optimizer["adamw8bit"] > 0 and cal.offload > 0
     assert set(cal.recompute) == {"none", "full", "sqrt", "selective"} and cal.chunked_loss >= 0
     assert Levers().precision in cal.compute
+
+
+def _timings_of(truth: Calibration, device_type: str = "cpu") -> tuple[dict, dict]:
+    """The medians measure() would find on a machine whose costs are exactly `truth` (fp32 only), and the
+    parameter counts it would pass to _solve: what the calibration must give back."""
+    wide, narrow = calibrate.WIDE, calibrate.NARROW
+    ctx = calibrate.CTX
+
+    def fb(model, batch=1, **levers) -> float:
+        parts = step_seconds(model, batch * ctx, ctx, count_params(model), truth, **levers)
+        return parts["compute"] + parts["recompute"] + parts["offload"]
+
+    def moved(model) -> int:
+        return memory.estimate(model, 1, ctx, "fp32", device=device_type, offload_activations=True).offloaded
+
+    fixed_optimizer, around = 1e-3, 5e-4  # the optimizer's fixed part; what train_step adds around its parts
+    optimizer = {m: fixed_optimizer + truth.optimizer["adamw"] * count_params(m) for m in (narrow, wide)}
+    lora = {kind: fb(wide, lora_base=kind, trained_params=1) for kind in ("fp32", "int8", "nf4")}
+    unpacked = 2 * (count_params(wide) - wide.vocab_size * wide.n_embd)
+    t = {f"fp32 {i}": fb(model, batch) for i, (model, batch) in enumerate(calibrate.SHAPES)}
+    t |= {
+        "fp32 optimizer": optimizer[wide],
+        "fp32 optimizer narrow": optimizer[narrow],
+        "adamw8bit optimizer": fixed_optimizer + truth.optimizer["adamw8bit"] * count_params(wide),
+        "fp32 train_step": t["fp32 1"] + optimizer[wide] + around,
+        "fp32 full": fb(wide, checkpointing="full"),
+        "fp32 sqrt": fb(wide, checkpointing="sqrt"),
+        "fp32 selective": fb(wide, checkpointing="selective"),
+        "fp32 chunked": fb(wide, loss_chunks=8),
+        "fp32 offload": fb(wide, offloaded_bytes=moved(wide)),
+        "fp32 offload narrow": fb(narrow, offloaded_bytes=moved(narrow)),
+        "offload": 2 * calibrate.OFFLOAD_BYTES / (4 * truth.offload),  # the bytes alone: faster than in a step
+        "fp32 lora fp32 narrow": fb(narrow, lora_base="fp32", trained_params=1),
+        **{f"fp32 lora {kind}": seconds for kind, seconds in lora.items()},
+        **{f"unpack {kind}": rate / 4 * 1024 * 1024 for kind, rate in truth.unpack.items()},  # alone: faster
+    }
+    assert t["fp32 lora nf4"] - t["fp32 lora fp32"] == pytest.approx(unpacked * truth.unpack["nf4"])
+    params = {"fp32": count_params(wide), "fp32 narrow": count_params(narrow)}
+    return t, params
+
+
+def test_the_calibration_gives_back_the_costs_of_a_machine_made_of_them():
+    """_solve on the timings of a machine whose costs are known: every rate, the step's fixed cost (the
+    optimizer's and train_step's own), offloading's and the adapters' per block, unpacking in a step."""
+    truth = replace(
+        TINY,
+        compute={"fp32": (1e-11, 1e-9, 1e-3)},
+        optimizer_extra={"fp32": 0.0},
+        recompute={"none": 0.0, "full": 1.0, "sqrt": 1.0, "selective": 0.5},
+        per_step=1e-3 + 5e-4,
+        offload_per_layer=2e-3,
+        lora_per_layer=3e-4,
+    )
+    t, params = _timings_of(truth)
+    cal = calibrate._solve(t, {}, ["fp32"], params, "cpu")
+    assert cal.compute["fp32"] == pytest.approx(truth.compute["fp32"], rel=1e-6)
+    assert cal.compute["bf16"] == cal.compute["fp32"]  # a precision not measured is planned at fp32's rates
+    assert cal.optimizer == pytest.approx(truth.optimizer, rel=1e-6)
+    assert cal.per_step == pytest.approx(truth.per_step, rel=1e-6)
+    assert cal.recompute == pytest.approx(truth.recompute, rel=1e-6)
+    assert cal.chunked_loss == pytest.approx(truth.chunked_loss, rel=1e-6)
+    assert cal.offload == pytest.approx(truth.offload, rel=1e-6)
+    assert cal.offload_per_layer == pytest.approx(truth.offload_per_layer, rel=1e-6)
+    assert cal.lora_per_layer == pytest.approx(truth.lora_per_layer, rel=1e-6)
+    assert cal.unpack == pytest.approx(truth.unpack, rel=1e-6)
+
+
+def test_a_step_costs_its_fixed_part_and_its_levers_per_block():
+    cfg = get_config("10m")
+    n = count_params(cfg)
+    cal = replace(TINY, per_step=0.01, offload_per_layer=0.002, lora_per_layer=0.003)
+    plain = step_seconds(cfg, 512, 256, n, cal)
+    assert plain["fixed"] == 0.01 and step_seconds(cfg, 512, 256, n, TINY)["fixed"] == 0.0
+    offloaded = step_seconds(cfg, 512, 256, n, cal, offloaded_bytes=10**9)["offload"]
+    assert offloaded == pytest.approx(cfg.n_layer * 0.002 + 2.0)
+    fp32_base = step_seconds(cfg, 512, 256, n, cal, lora_base="fp32", trained_params=1000)
+    frozen = step_seconds(cfg, 512, 256, n, TINY, lora_base="fp32", trained_params=1000)
+    assert fp32_base["compute"] - frozen["compute"] == pytest.approx(cfg.n_layer * 0.003)
+    assert frozen["compute"] < plain["compute"]  # the frozen weights' gradients are not computed
