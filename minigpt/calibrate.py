@@ -2,13 +2,14 @@
 
 A lone matmul misses what a precision costs around it (autocast's casts, fp16's scaler, the elementwise ops),
 so this times the engine's own forward + backward of a small GPT at three shapes per precision and solves for
-seconds per FLOP, per elementwise value and per layer; then the optimizer step of each optimizer
-as the loop builds it (at two sizes: its cost per parameter and its fixed cost), one whole train_step (what it
-does around forward, backward and the optimizer is the remainder), each checkpointing mode's and the chunked
-loss's extra time, and LoRA on an int8 and an nf4 base and a step with offloading, whose time beyond the
-model's prediction is what unpacking and offloading cost (at least what unpacking or moving the bytes alone
-takes). Each timing is repeated in interleaved rounds: the median is kept, (max - min) / median is its spread.
-The result is cached as JSON per device type; a cache from another machine or torch is measured again.
+seconds per FLOP, per elementwise value and per layer. Then what the step does beyond that: the optimizer step
+of each optimizer as the loop builds it (at two sizes: a cost per parameter and a fixed part), one whole
+train_step (its time beyond forward, backward and the optimizer), each checkpointing mode's and the chunked
+loss's extra time, LoRA on an fp32, an int8 and an nf4 base (the adapters' cost per block, then unpacking's
+per value) and a step with offloading (per byte and per block). A lever's cost is a difference between two
+timings of the same rounds, so the load of the moment, which moves both, mostly cancels. Each timing is
+repeated in interleaved rounds: the median is kept, (max - min) / median is its spread. The result is cached
+as JSON per device type; a cache from another machine or torch is measured again.
 """
 
 from __future__ import annotations
