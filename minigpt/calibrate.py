@@ -203,6 +203,9 @@ def measure(device: torch.device, rounds: int = ROUNDS) -> Calibration:
     for name, lever in levers.items():
         state, xy = _state(WIDE, 1, device, **lever)
         runs[f"fp32 {name}"] = _forward_backward(state, xy, "fp32", device)
+    for mode in CHECKPOINTS:  # a second size: what a mode adds per block whatever its size
+        state, xy = _state(NARROW, 1, device, checkpointing=mode)
+        runs[f"fp32 {mode} narrow"] = _forward_backward(state, xy, "fp32", device)
     state, xy = _state(NARROW, 1, device, lora_rank=LORA_RANK)  # a second size: the adapters' own cost
     runs["fp32 lora fp32 narrow"] = _forward_backward(state, xy, "fp32", device)
     for kind in ("int8", "nf4"):  # unpacking alone: the least a LoRA step on this base adds
@@ -259,16 +262,14 @@ def _solve(t: dict, spread: dict, supported: list[str], params: dict[str, int], 
     around = max(0.0, t["fp32 train_step"] - t["fp32 1"] - t["fp32 optimizer"])  # train_step beyond its parts
     # each lever's extra time as a share of the forward of the part it redoes, from the fp32 rates (a forward is a
     # third of a forward + backward)
-    per_flop, per_value, per_layer = compute["fp32"]
-    flops, values = forward_flops_per_token(WIDE, CTX), elementwise_values_per_token(WIDE)
-    layers = {"blocks": WIDE.n_layer, "head": 1}
-    forward = {k: (CTX * (3 * flops[k] * per_flop + values[k] * per_value) + layers[k] * per_layer) / 3 for k in layers}
+    forward = _forward_seconds(WIDE, compute["fp32"])
+    recompute = {m: _recompute(t, m, compute["fp32"]) for m in CHECKPOINTS}
     cal = Calibration(
         compute=compute,
         optimizer={"adamw": adamw, "adamw8bit": max(0.0, t["adamw8bit optimizer"] - fixed) / wide},
         optimizer_extra={p: max(0.0, per_param[p] - adamw) for p in supported},
-        recompute={"none": 0.0}
-        | {m: max(0.0, (t[f"fp32 {m}"] - t["fp32 1"]) / forward["blocks"]) for m in CHECKPOINTS},
+        recompute={"none": 0.0} | {m: share for m, (share, _) in recompute.items()},
+        recompute_per_layer={m: per_layer for m, (_, per_layer) in recompute.items()},
         chunked_loss=max(0.0, (t["fp32 chunked"] - t["fp32 1"]) / forward["head"]),
         unpack={kind: t[f"unpack {kind}"] / (QUANTIZED_SHAPE[0] * QUANTIZED_SHAPE[1]) for kind in ("int8", "nf4")},
         offload=2 * OFFLOAD_BYTES / t["offload"],
@@ -281,6 +282,30 @@ def _solve(t: dict, spread: dict, supported: list[str], params: dict[str, int], 
     with_lora = replace(cal, lora_per_layer=lora_per_layer)
     unpack = _unpack_in_a_step(t, with_lora)
     return replace(with_lora, unpack=unpack, offload=offload, offload_per_layer=offload_fixed / WIDE.n_layer)
+
+
+def _forward_seconds(model: ModelConfig, rates: tuple[float, float, float]) -> dict[str, float]:
+    """The forward alone of each part (the blocks, the head) of `model` at CTX tokens: a third of forward +
+    backward at these rates."""
+    per_flop, per_value, per_layer = rates
+    flops, values = forward_flops_per_token(model, CTX), elementwise_values_per_token(model)
+    layers = {"blocks": model.n_layer, "head": 1}
+    return {k: (CTX * (3 * flops[k] * per_flop + values[k] * per_value) + layers[k] * per_layer) / 3 for k in layers}
+
+
+def _recompute(t: dict, mode: str, rates: tuple[float, float, float]) -> tuple[float, float]:
+    """(share of the blocks' forward, seconds per block) a checkpointing mode adds, from its step's time beyond
+    the plain step's at two widths (both have WIDE's blocks). Noise that makes either negative puts it all in
+    the other."""
+    extra_narrow, extra_wide = t[f"fp32 {mode} narrow"] - t["fp32 0"], t[f"fp32 {mode}"] - t["fp32 1"]
+    narrow, wide = (_forward_seconds(model, rates)["blocks"] for model in (NARROW, WIDE))
+    share = (extra_wide - extra_narrow) / (wide - narrow)
+    per_layer = (extra_wide - share * wide) / WIDE.n_layer
+    if share < 0:
+        return 0.0, max(0.0, extra_wide / WIDE.n_layer)
+    if per_layer < 0:
+        return max(0.0, extra_wide / wide), 0.0
+    return share, per_layer
 
 
 def _predicted_lora(cal: Calibration, model: ModelConfig, plain: float, base: str) -> float:

@@ -59,11 +59,13 @@ class Calibration:
     optimizer_extra: what each precision adds per parameter (fp16's unscale, bf16-pure's master copies).
     per_step: seconds every step costs whatever its size: the optimizer step's fixed part (the schedule, the
     clipping's launches) and what train_step does around forward, backward and the optimizer.
-    recompute: checkpointing mode -> share of the blocks' forward time it adds; chunked_loss: share of the
-    head's forward time the chunked loss adds. unpack: seconds per value to unpack an int8 or nf4 base, as a
-    LoRA step on it takes them. offload: bytes per second of a round trip out and back, as a step with
-    --offload-activations moves them, and offload_per_layer: what such a step costs more per block whatever it
-    moves (the offloader's file or copy per saved tensor). lora_per_layer: what the adapters' own ops cost per
+    recompute: checkpointing mode -> share of the blocks' forward time it adds, and recompute_per_layer: what
+    it adds per block whatever the block's size (torch's checkpoint saving and restoring its state).
+    chunked_loss: share of the head's forward time the chunked loss adds. unpack: seconds per value to unpack
+    an int8 or nf4 base, as a LoRA step on it takes them. offload: bytes per second of a round trip out and
+    back, as a step with --offload-activations moves them, and offload_per_layer: what such a step costs more
+    per block whatever it moves (the offloader's file or copy per saved tensor). lora_per_layer: what the
+    adapters' own ops cost per
     block. spread: each timing's (max - min) / median.
     """
 
@@ -77,6 +79,7 @@ class Calibration:
     per_step: float = 0.0
     offload_per_layer: float = 0.0
     lora_per_layer: float = 0.0
+    recompute_per_layer: dict[str, float] = field(default_factory=dict)
     spread: dict[str, float] = field(default_factory=dict)
     created: str = ""  # when it was measured (UTC)
     source: str = ""  # where it came from: measured now, or the cache file it was read from
@@ -125,6 +128,7 @@ def step_seconds(
         unpacked = 2 * (n_params - cfg.vocab_size * cfg.n_embd) if lora_base in cal.unpack else 0
         compute += cfg.n_layer * cal.lora_per_layer + unpacked * cal.unpack.get(lora_base, 0.0)
     recompute = cal.recompute[checkpointing] * part["blocks"] / 3
+    recompute += cfg.n_layer * cal.recompute_per_layer.get(checkpointing, 0.0)
     recompute += cal.chunked_loss * part["head"] / 3 if loss_chunks > 1 else 0.0
     stepped = trained_params or n_params
     offload = cfg.n_layer * cal.offload_per_layer + 2 * offloaded_bytes / cal.offload  # out, then back in

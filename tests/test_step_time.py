@@ -173,6 +173,7 @@ def _timings_of(truth: Calibration, device_type: str = "cpu") -> tuple[dict, dic
         "fp32 sqrt": fb(wide, checkpointing="sqrt"),
         "fp32 selective": fb(wide, checkpointing="selective"),
         "fp32 chunked": fb(wide, loss_chunks=8),
+        **{f"fp32 {m} narrow": fb(narrow, checkpointing=m) for m in calibrate.CHECKPOINTS},
         "fp32 offload": fb(wide, offloaded_bytes=moved(wide)),
         "fp32 offload narrow": fb(narrow, offloaded_bytes=moved(narrow)),
         "offload": 2 * calibrate.OFFLOAD_BYTES / (4 * truth.offload),  # the bytes alone: faster than in a step
@@ -194,6 +195,7 @@ def test_the_calibration_gives_back_the_costs_of_a_machine_made_of_them():
         optimizer_extra={"fp32": 0.0},
         recompute={"none": 0.0, "full": 1.0, "sqrt": 1.0, "selective": 0.5},
         per_step=1e-3 + 5e-4,
+        recompute_per_layer={"full": 1e-3, "sqrt": 2e-3, "selective": 5e-4},
         offload_per_layer=2e-3,
         lora_per_layer=3e-4,
     )
@@ -204,6 +206,7 @@ def test_the_calibration_gives_back_the_costs_of_a_machine_made_of_them():
     assert cal.optimizer == pytest.approx(truth.optimizer, rel=1e-6)
     assert cal.per_step == pytest.approx(truth.per_step, rel=1e-6)
     assert cal.recompute == pytest.approx(truth.recompute, rel=1e-6)
+    assert cal.recompute_per_layer == pytest.approx(truth.recompute_per_layer, rel=1e-6)
     assert cal.chunked_loss == pytest.approx(truth.chunked_loss, rel=1e-6)
     assert cal.offload == pytest.approx(truth.offload, rel=1e-6)
     assert cal.offload_per_layer == pytest.approx(truth.offload_per_layer, rel=1e-6)
