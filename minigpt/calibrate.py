@@ -41,7 +41,7 @@ from minigpt.step import StepState, build_step_state, forward_backward, new_offl
 from minigpt.step_time import Calibration, elementwise_values_per_token, forward_flops_per_token, step_seconds
 from minigpt.timing import clock
 
-CALIBRATION_VERSION = 3  # bump when what is measured changes: older caches are measured again
+CALIBRATION_VERSION = 4  # bump when what is measured changes: older caches are measured again
 PRECISIONS = ("fp32", "bf16", "fp16", "bf16-pure")
 # Three steps per precision, (model, sequences of CTX tokens): two widths tell matmul FLOPs (which grow as the
 # width squared) from elementwise values (as the width), and two batches tell both (which grow with the tokens)
