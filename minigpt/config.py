@@ -210,12 +210,23 @@ def check_finetune(cfg: TrainConfig) -> None:
         raise ValueError(f"--quant-block must be 0 (per channel) or more, got {cfg.quant_block}")
     if cfg.base_dtype in ("int8", "nf4"):
         block_size((width, width), cfg.quant_block)
-    if cfg.precision == "bf16-pure":
+    check_lora_step(cfg.precision, cfg.shard)
+
+
+def check_lora_step(precision: str, shard: str = "none", master_weights: bool = False) -> None:
+    """The step settings LoRA cannot run with (bf16-pure, and so --master-weights; FSDP): one line each.
+
+    Shared by training's config and `minigpt memory`, so the two refuse the same things with the same words.
+    """
+    if master_weights and precision != "bf16-pure":
+        raise ValueError("master_weights only applies to --precision bf16-pure (the others keep fp32 weights)")
+    if precision == "bf16-pure":
         raise ValueError(
             "--lora-rank with --precision bf16-pure: the frozen base's storage is --base-dtype and the adapters "
-            "train in fp32; use --precision bf16 (autocast) with --base-dtype bf16"
+            "train in fp32 (so --master-weights, bf16-pure's, has nothing to do); use --precision bf16 (autocast) "
+            "with --base-dtype bf16"
         )
-    if cfg.shard == "fsdp":
+    if shard == "fsdp":
         raise ValueError("--lora-rank with --shard fsdp: the frozen, quantized base is not sharded; use --shard none")
 
 

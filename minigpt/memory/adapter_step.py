@@ -18,12 +18,15 @@ from minigpt.memory.adapters import (
     linear_shapes,
     lora_activation_rows,
     lora_static,
+    trained_numels,
     unpack_bytes,
 )
 from minigpt.memory.breakdown import MemoryBreakdown, Widths, check_mode, check_shape, device_type, widths
 from minigpt.memory.loss_head import head_moments, loss_head_bytes, tied_sum_bytes
+from minigpt.memory.optimizer_state import hook_bytes, step_temporaries
 from minigpt.model import ModelConfig
 from minigpt.optim import FUSED_ADAMW_DEVICES
+from minigpt.optim.adamw8bit import state_bytes
 from minigpt.precision import normalize_precision
 from minigpt.recompute import sqrt_segments
 
@@ -32,7 +35,15 @@ CPU_RNG_STATE = 5072
 
 
 def _block_backward(
-    cfg: ModelConfig, tokens: int, w: Widths, device: str, base_dtype: str, quant_block: int, rank: int, targets: str
+    cfg: ModelConfig,
+    tokens: int,
+    w: Widths,
+    device: str,
+    base_dtype: str,
+    quant_block: int,
+    rank: int,
+    targets: str,
+    grads_kept: bool = True,
 ) -> int:
     """The top block's MLP backward, above its own activations: G, the residual stream's gradient, and the rest.
 
@@ -40,6 +51,7 @@ def _block_backward(
     backward makes two more (N, H) before it frees anything. An adapter on down runs its backward first: its
     gradients (fp32) and the gradient of its input are made, and down's input and x @ A^T, which it kept, are freed.
     With dropout, its backward comes first: it makes down's output gradient, G times the mask, and frees the mask.
+    With the step in backward (not `grads_kept`), the adapter's gradients are stepped and freed before that peak.
     """
     C, H, a = cfg.n_embd, cfg.mlp_hidden, w.compute
     residual_grad = w.residual * C * tokens
@@ -50,7 +62,7 @@ def _block_backward(
     down_input_grad = a * H * tokens
     adapter, kept_input = 0, 0
     if "down" in parse_targets(targets):  # + its fp32 gradients, - what it kept (and its 16-bit A and B)
-        adapter = 4 * rank * (C + H) - a * rank * tokens - (2 * rank * (C + H) if w.autocast else 0)
+        adapter = 4 * rank * (C + H) * grads_kept - a * rank * tokens - (2 * rank * (C + H) if w.autocast else 0)
         kept_input = down_input_grad  # its backward freed down's input: the product's backward comes later
     unpacking = down_output_grad + max(peak, result + down_input_grad)
     product = 3 * down_input_grad - kept_input
@@ -128,6 +140,8 @@ def _backward_through_blocks(
             live += w.compute * C * tokens
         held_copies = sum(copies(b) for b in (range(region.stop) if mode == "none" else region))
         above = trained_per_block * (cfg.n_layer - region.stop) + (4 * C if norms else 0)
+        if lora.get("in_backward"):  # the step in backward: each gradient above was stepped and freed
+            above = 0
         worst = max(worst, below[i] + live + held_copies + above + top)
         if mode != "none":
             region_top = region.stop - 1
@@ -182,6 +196,10 @@ def lora_estimate(
     train_embedding: bool = False,
     library_workspace: int = 0,
     loss_chunks: int = 1,
+    *,
+    optimizer: str = "adamw",
+    optimizer_in_backward: bool = False,
+    offload_activations: bool = False,
 ) -> MemoryBreakdown:
     """Predicted memory of one LoRA training step, from the config alone (see adapters.py and this module).
 
@@ -193,6 +211,10 @@ def lora_estimate(
     precision, dev, mode = normalize_precision(precision), device_type(device), check_mode(checkpointing)
     w, tokens, V, C, H = widths(precision), batch * ctx, cfg.vocab_size, cfg.n_embd, cfg.mlp_hidden
     static = lora_static(cfg, rank, targets, base_dtype, quant_block, train_norms, train_embedding)
+    numels = trained_numels(cfg, rank, targets, train_norms, train_embedding)
+    every_numel = [n for part in numels.values() for n in part]
+    if optimizer == "adamw8bit":  # its 8-bit moments (fp32 ones for a tensor under 4096 values)
+        static["optimizer"] = sum(state_bytes(n) for n in every_numel)
     weights = static["base weights"] + static["adapter weights"] + static["embedding and norms"]
     trained = dict(train_norms=train_norms, train_embedding=train_embedding)
     rows = lora_activation_rows(cfg, batch, ctx, w, rank, targets, mode, dev, **trained, loss_chunks=loss_chunks)
@@ -202,7 +224,7 @@ def lora_estimate(
     # trained tensor (fused AdamW), the batch's token ids (a frozen embedding does not keep them: they count
     # here, not as an activation) and, on CUDA, cuBLAS's workspaces.
     rope = 2 * cfg.ctx * (cfg.head_dim // 2) * w.model
-    counters = 4 * static["trained tensors"] if dev in FUSED_ADAMW_DEVICES else 0
+    counters = 4 * static["trained tensors"] if (dev in FUSED_ADAMW_DEVICES and optimizer == "adamw") else 0
     always = weights + static["optimizer"] + rope + counters + (0 if train_embedding else 8 * tokens)
     if dev == "cuda":
         always += library_workspace
@@ -227,8 +249,8 @@ def lora_estimate(
     tied_grad = 4 * V * C if train_embedding else 0
     lm_head_16bit = 2 * V * C if (train_embedding and w.autocast) else 0
     moments_head = head_moments(cfg, tokens, w, loss_chunks, tied_grad, lm_head_16bit)
-    top = _block_backward(cfg, tokens, w, dev, base_dtype, quant_block, rank, targets)
-    lora = dict(rank=rank, targets=targets, **trained)
+    top = _block_backward(cfg, tokens, w, dev, base_dtype, quant_block, rank, targets, not optimizer_in_backward)
+    lora = dict(rank=rank, targets=targets, **trained, in_backward=optimizer_in_backward)
     kept = block_rows // len(_regions(cfg, mode))  # per region, with checkpointing
     # checkpoint keeps the CPU generator's state per region (to replay dropout); once more while it recomputes
     # one (_recomputed_forward), where the top block unpacks down's weight as the forward did
@@ -242,6 +264,8 @@ def lora_estimate(
     through_blocks = rng + embedding_kept
     # clip_grad_norm_: a norm per gradient, their stack and the total; fp16: the GradScaler's found-inf flag
     clip_norms = (2 * static["trained tensors"] + 1) * 4 + found_inf
+    if optimizer != "adamw" or optimizer_in_backward:  # AdamW8bit's fp32 chunks; the step in backward does not clip
+        clip_norms = step_temporaries(every_numel, optimizer, optimizer_in_backward, dev, 4, clip_norms) + found_inf
     at_loss = always + rng + activations + adapter_copies + embedding_copy + moments_head.forward + loss
     moments = {
         # at the loss (every activation, the logits and their fp32 upcast), or at the widest frozen layer's unpacking
@@ -260,13 +284,22 @@ def lora_estimate(
         # AdamW's step: every gradient, clipping's norms (and, in the first step, the state AdamW makes)
         "optimizer": always + 8 * tokens + ids + loss + static["gradients"] + clip_norms,
     }
+    # the step in backward: each gradient is stepped and freed as soon as it is complete, so at most the largest
+    # one is alive at once (optimizer_state.in_backward_gradient_bytes), and nothing is left for the optimizer
+    gradients = 4 * max(every_numel) if optimizer_in_backward else static["gradients"]
+    if optimizer_in_backward:
+        moments["optimizer"] = always + 8 * tokens + ids + loss + clip_norms
     if train_embedding:  # its gradient and lm_head's, then their sum (a new tensor where not made in place)
         in_flight = max(tied_sum_bytes(cfg, w, loss_chunks), w.residual * C * tokens)
-        grads = static["gradients"] + tied_grad
+        # in backward: the blocks' gradients were stepped and freed; the embedding's own .grad is still to come
+        grads = (4 * V * C if optimizer_in_backward else static["gradients"]) + tied_grad
         moments["backward: embedding"] = always + 8 * tokens + ids + loss + grads + in_flight
+        if optimizer_in_backward:  # then its hook: the summed gradient and AdamW's temporaries
+            hook = hook_bytes(numels["embedding"], optimizer, dev, 4)
+            moments["backward: embedding"] = max(moments["backward: embedding"], always + 8 * tokens + ids + loss + hook)
     return MemoryBreakdown(
         weights=weights,
-        gradients=static["gradients"],
+        gradients=gradients,
         optimizer=static["optimizer"],
         activations=activations,
         logits=moments_head.logits + loss,
