@@ -94,8 +94,7 @@ class TrainConfig:
             raise ValueError(f"--lr must be positive, got {self.lr}")
         if not (math.isfinite(self.grad_clip) and self.grad_clip >= 0):
             raise ValueError(f"--grad-clip must be 0 (no clipping) or a positive max norm, got {self.grad_clip}")
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"--dropout must be in [0, 1), got {self.dropout}")
+        check_dropout(self.dropout)
         self.model_config()  # a shape that cannot work (--n-embd not divisible by --n-head, ...) stops here
         if not 0 <= self.min_lr_ratio <= 1 or not self.weight_decay >= 0:
             raise ValueError(
@@ -134,6 +133,12 @@ class TrainConfig:
     @property
     def warmup(self) -> int:
         return self.warmup_steps if self.warmup_steps is not None else max(1, self.steps // 20)
+
+
+def check_dropout(dropout: float) -> None:
+    """--dropout is a probability below 1 (1 would zero every activation): one line if not."""
+    if not 0 <= dropout < 1:  # (also catches nan)
+        raise ValueError(f"--dropout must be in [0, 1), got {dropout}")
 
 
 def check_optimizer(

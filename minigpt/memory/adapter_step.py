@@ -23,6 +23,7 @@ from minigpt.memory.adapters import (
 )
 from minigpt.memory.breakdown import MemoryBreakdown, Widths, check_mode, check_shape, device_type, widths
 from minigpt.memory.loss_head import head_moments, loss_head_bytes, tied_sum_bytes
+from minigpt.memory.offloaded import head_reloads, is_offloaded, region_reload
 from minigpt.memory.optimizer_state import hook_bytes, step_temporaries
 from minigpt.model import ModelConfig
 from minigpt.optim import FUSED_ADAMW_DEVICES
@@ -218,6 +219,9 @@ def lora_estimate(
     weights = static["base weights"] + static["adapter weights"] + static["embedding and norms"]
     trained = dict(train_norms=train_norms, train_embedding=train_embedding)
     rows = lora_activation_rows(cfg, batch, ctx, w, rank, targets, mode, dev, **trained, loss_chunks=loss_chunks)
+    for r in rows:  # --offload-activations: the rows minigpt.offload moves off the device (offloaded.py's rules)
+        r["offloaded"] = offload_activations and is_offloaded(r["tensor"], r["per_token"], r["fixed"], tokens, mode, dev)
+    # what the moments below count is computed without offloading, then the rows that leave are taken off
     activations = sum(r["bytes"] for r in rows)
     block_rows = sum(r["bytes"] for r in rows if r["part"] != "outside the blocks")
     # Always there: weights, AdamW's state (made by the first step), the RoPE tables, a 4-byte step counter per
@@ -257,16 +261,24 @@ def lora_estimate(
     rng = CPU_RNG_STATE * len(_regions(cfg, mode)) if (mode != "none" and dev == "cpu") else 0
     down_unpack = unpack_bytes((C, H), base_dtype, quant_block, w.compute)[0]
     blocks_moment = _backward_through_blocks(cfg, batch, ctx, w, mode, dev, lora, kept, top, down_unpack)
+    moved = [r for r in rows if r["offloaded"]]
+    offloaded = sum(r["bytes"] for r in moved)
+    moved_blocks = sum(r["bytes"] for r in moved if r["part"] != "outside the blocks")
+    # on the device: every row but these; backward reads back one region's (region_reload: exact for full and sqrt,
+    # an upper bound without checkpointing), and the loss head's at its forward and backward (head_reloads)
+    activations, block_rows = activations - offloaded, block_rows - moved_blocks
+    blocks_moment += region_reload(rows) - moved_blocks
     # A trained embedding keeps the token ids (the batch's own tensor: counted as an activation, not in `always`)
     # and, with dropout, its mask, until its backward: through the blocks' backward, and the ids after it
     ids = 8 * tokens if train_embedding else 0
     embedding_kept = ids + (mask_bytes(w.residual, dev) * C * tokens if (train_embedding and cfg.dropout > 0) else 0)
-    through_blocks = rng + embedding_kept
+    through_blocks = rng + embedding_kept - sum(r["bytes"] for r in moved if r["tensor"].startswith("embedding dropout"))
+    head_back = head_reloads(rows)  # (0 without offloading)
     # clip_grad_norm_: a norm per gradient, their stack and the total; fp16: the GradScaler's found-inf flag
     clip_norms = (2 * static["trained tensors"] + 1) * 4 + found_inf
     if optimizer != "adamw" or optimizer_in_backward:  # AdamW8bit's fp32 chunks; the step in backward does not clip
         clip_norms = step_temporaries(every_numel, optimizer, optimizer_in_backward, dev, 4, clip_norms) + found_inf
-    at_loss = always + rng + activations + adapter_copies + embedding_copy + moments_head.forward + loss
+    at_loss = always + rng + activations + head_back + adapter_copies + embedding_copy + moments_head.forward + loss
     moments = {
         # at the loss (every activation, the logits and their fp32 upcast), or at the widest frozen layer's unpacking
         "forward": max(at_loss, always + rng + block_rows + adapter_copies + unpacked),
@@ -274,6 +286,7 @@ def lora_estimate(
         "backward: loss head": always
         + rng
         + activations
+        + head_back
         - (4 if loss_chunks == 1 else 0)
         + kept_copies
         + loss
@@ -302,6 +315,7 @@ def lora_estimate(
         gradients=gradients,
         optimizer=static["optimizer"],
         activations=activations,
+        offloaded=offloaded if offload_activations else None,
         logits=moments_head.logits + loss,
         # without unpacking: the final norm's five (N, C), or G and the product's three (N, H)
         activation_grads=scalar_grads + max(20 * C * tokens, w.residual * C * tokens + 3 * w.compute * H * tokens),
