@@ -15,7 +15,7 @@ import torch
 from minigpt.config import check_lora_step, check_optimizer
 from minigpt.loss import check_loss_chunks
 from minigpt.memory.activations import activation_table, block_activation_bytes, selective_rows
-from minigpt.memory.adapter_step import lora_estimate
+from minigpt.memory.adapter_step import LORA_OFFLOAD_REFUSAL, lora_estimate
 from minigpt.memory.breakdown import MemoryBreakdown, Widths, device_type, widths
 from minigpt.memory.loss_head import HeadMoments, head_moments, loss_head_bytes, tied_sum_bytes
 from minigpt.memory.offloaded import head_reloads, region_reload
@@ -49,16 +49,6 @@ from minigpt.recompute import CHECKPOINTING_MODES, sqrt_segments
 # PyTorch's default on Hopper; older GPUs default to 8.125 MiB each, so this errs on the safe side there.
 # CUBLAS_WORKSPACE_CONFIG changes it.
 CUDA_LIBRARY_WORKSPACE = 2 * 32 * 2**20
-
-
-# What is left of issue 44: lora_estimate marks the rows offloading moves (activations to the byte), but its moments
-# are not within 1% yet: measured on tiny, a block read back without checkpointing is an upper bound (up to 25% over
-# in "backward: blocks"), bf16's loss head is 13% over at the forward and recomputed regions in bf16 up to 2% under.
-LORA_OFFLOAD_REFUSAL = (
-    "--offload-activations with --lora-rank: training runs it, but minigpt memory does not predict it within 1% yet "
-    "(what backward reads back of an adapted block is not derived); on a GPU `minigpt train` logs each step's "
-    "peak (peak_memory_bytes in log.jsonl); or leave --offload-activations out here"
-)
 
 
 def _regions(cfg: ModelConfig, mode: str) -> list[int]:

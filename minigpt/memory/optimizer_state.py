@@ -101,9 +101,7 @@ def hook_bytes(numels: list[int], optimizer: str, device: str, model_bytes: int,
     sixteen_bit = model_bytes == 2 and not master_weights
     grad_bytes = 4 if master_weights else model_bytes
     copying = (model_bytes + 4) if master_weights else 0  # the moment the fp32 copy is made: both gradients
-    return max(
-        max(copying * n, grad_bytes * n + update_temporaries(n, optimizer, device, sixteen_bit)) for n in numels
-    )
+    return max(max(copying * n, grad_bytes * n + update_temporaries(n, optimizer, device, sixteen_bit)) for n in numels)
 
 
 def largest_param(cfg: ModelConfig) -> int:
