@@ -26,6 +26,7 @@ from minigpt.memory.loss_head import head_moments, loss_head_bytes, tied_sum_byt
 from minigpt.memory.offloaded import head_reloads, is_offloaded, region_reload
 from minigpt.memory.optimizer_state import hook_bytes, step_temporaries
 from minigpt.model import ModelConfig
+from minigpt.offload import OFFLOAD_MIN_BYTES
 from minigpt.optim import FUSED_ADAMW_DEVICES
 from minigpt.optim.adamw8bit import state_bytes
 from minigpt.precision import normalize_precision
@@ -80,17 +81,20 @@ def _block_backward(
     return residual_grad - mask + adapter + max(unpacking, product)
 
 
-def _head_backward(cfg: ModelConfig, tokens: int, w: Widths, train_embedding: bool) -> int:
+def _head_backward(cfg: ModelConfig, tokens: int, w: Widths, train_embedding: bool, copy_moved: bool = False) -> int:
     """Plain cross-entropy's backward in a LoRA step, above the activations (the log-softmax among them).
 
     Its two fp32 (N, V) gradients come first, beside autocast's 16-bit copy of the tied weight. Then lm_head's
     matmul makes the gradient of its input and, when the embedding trains, of the weight (16 bits under autocast).
     Autocast frees the copy and the logits' gradient before it casts that 16-bit gradient to fp32.
+    `copy_moved`: offloading moved the copy of a frozen embedding (no weight of its own): read back at the matmul.
     """
     head, V, C = loss_head_bytes(cfg, tokens, w), cfg.vocab_size, cfg.n_embd
     copy = 2 * V * C if w.autocast else 0
     input_grad = w.compute * C * tokens
     at_matmul = copy + head.logits_grad - head.saved_log_softmax + input_grad
+    if copy_moved:
+        copy = 0  # (until the matmul's backward reads it back)
     if train_embedding:
         at_matmul += w.compute * V * C
     at_cast = input_grad - head.saved_log_softmax + (2 + 4) * V * C if (train_embedding and w.autocast) else 0
@@ -255,6 +259,9 @@ def lora_estimate(
     if mode != "none":  # checkpointed blocks save nothing in the forward: the copies go with autocast's cache
         kept_copies = 0
     embedding_copy = 2 * V * C if w.autocast else 0
+    # A frozen embedding's 16-bit copy has no trained leaf under it: offloading moves it as an activation (lm_head's
+    # matmul saves it for its input's gradient), so it leaves the device once lm_head's forward is done
+    copy_moved = offload_activations and embedding_copy >= OFFLOAD_MIN_BYTES and not train_embedding and loss_chunks == 1
     unpacked = max(unpack_bytes(s, base_dtype, quant_block, w.compute)[0] for s in shapes.values())
     loss = 4  # the loss itself, one fp32
     scalar_grads = 8  # its gradient, and the gradient of the loss scaled for the window
@@ -280,6 +287,7 @@ def lora_estimate(
     # on the device: every row but these; backward reads back one region's (region_reload: exact for full and sqrt,
     # an upper bound without checkpointing), and the loss head's at its forward and backward (head_reloads)
     activations, block_rows = activations - offloaded, block_rows - moved_blocks
+    offloaded += embedding_copy if copy_moved else 0
     blocks_moment += region_reload(rows) - moved_blocks
     # A trained embedding keeps the token ids (the batch's own tensor: counted as an activation, not in `always`)
     # and, with dropout, its mask, until its backward: through the blocks' backward, and the ids after it
@@ -292,7 +300,8 @@ def lora_estimate(
     clip_norms = (2 * static["trained tensors"] + 1) * 4 + found_inf
     if optimizer != "adamw" or optimizer_in_backward:  # AdamW8bit's fp32 chunks; the step in backward does not clip
         clip_norms = step_temporaries(every_numel, optimizer, optimizer_in_backward, dev, 4, clip_norms) + found_inf
-    at_loss = always + rng + activations + head_back + adapter_copies + embedding_copy + moments_head.forward + loss
+    at_loss = always + rng + activations + head_back + adapter_copies + moments_head.forward + loss
+    at_loss += 0 if copy_moved else embedding_copy
     moments = {
         # at the loss (every activation, the logits and their fp32 upcast), or at the widest frozen layer's unpacking
         "forward": max(at_loss, always + rng + block_rows + adapter_copies + unpacked),
@@ -305,7 +314,7 @@ def lora_estimate(
         + kept_copies
         + loss
         + scalar_grads
-        + (moments_head.backward if loss_chunks > 1 else _head_backward(cfg, tokens, w, train_embedding)),
+        + (moments_head.backward if loss_chunks > 1 else _head_backward(cfg, tokens, w, train_embedding, copy_moved)),
         # the blocks' backward; the targets are still alive
         "backward: blocks": always + 8 * tokens + loss + scalar_grads + tied_grad + through_blocks + blocks_moment,
         # AdamW's step: every gradient, clipping's norms (and, in the first step, the state AdamW makes)
