@@ -23,23 +23,14 @@ from minigpt.memory.adapters import (
 )
 from minigpt.memory.breakdown import MemoryBreakdown, Widths, check_mode, check_shape, device_type, widths
 from minigpt.memory.loss_head import head_moments, loss_head_bytes, tied_sum_bytes
-from minigpt.memory.offloaded import head_reloads, is_offloaded, region_reload
+from minigpt.memory.offloaded import head_reloads, is_offloaded
 from minigpt.memory.optimizer_state import hook_bytes, step_temporaries
 from minigpt.model import ModelConfig
+from minigpt.offload import OFFLOAD_MIN_BYTES
 from minigpt.optim import FUSED_ADAMW_DEVICES
 from minigpt.optim.adamw8bit import state_bytes
 from minigpt.precision import normalize_precision
 from minigpt.recompute import sqrt_segments
-
-# What is left of issue 44: lora_estimate marks the rows offloading moves (activations to the byte), but its moments
-# are not within 1% yet: measured on tiny, a block read back without checkpointing is an upper bound (up to 25% over
-# in "backward: blocks"), bf16's loss head is 13% over at the forward and recomputed regions in bf16 up to 2% under.
-LORA_OFFLOAD_REFUSAL = (
-    "--offload-activations with --lora-rank: training runs it, but minigpt memory does not predict it within 1% yet "
-    "(what backward reads back of an adapted block is not derived); on a GPU `minigpt train` logs each step's "
-    "peak (peak_memory_bytes in log.jsonl); or leave --offload-activations out here"
-)
-
 
 # torch.get_rng_state(): the CPU generator's state, 5,056 bytes, as the allocator counts it (rounded up)
 CPU_RNG_STATE = 5072
@@ -80,17 +71,20 @@ def _block_backward(
     return residual_grad - mask + adapter + max(unpacking, product)
 
 
-def _head_backward(cfg: ModelConfig, tokens: int, w: Widths, train_embedding: bool) -> int:
+def _head_backward(cfg: ModelConfig, tokens: int, w: Widths, train_embedding: bool, copy_moved: bool = False) -> int:
     """Plain cross-entropy's backward in a LoRA step, above the activations (the log-softmax among them).
 
     Its two fp32 (N, V) gradients come first, beside autocast's 16-bit copy of the tied weight. Then lm_head's
     matmul makes the gradient of its input and, when the embedding trains, of the weight (16 bits under autocast).
     Autocast frees the copy and the logits' gradient before it casts that 16-bit gradient to fp32.
+    `copy_moved`: offloading moved the copy of a frozen embedding (no weight of its own): read back at the matmul.
     """
     head, V, C = loss_head_bytes(cfg, tokens, w), cfg.vocab_size, cfg.n_embd
     copy = 2 * V * C if w.autocast else 0
     input_grad = w.compute * C * tokens
     at_matmul = copy + head.logits_grad - head.saved_log_softmax + input_grad
+    if copy_moved:
+        copy = 0  # (until the matmul's backward reads it back)
     if train_embedding:
         at_matmul += w.compute * V * C
     at_cast = input_grad - head.saved_log_softmax + (2 + 4) * V * C if (train_embedding and w.autocast) else 0
@@ -121,13 +115,17 @@ def _backward_through_blocks(
     (recomputed, or kept) and its input, the blocks above hold their trained tensors' gradients, and its top
     block runs backward. The final norm's backward comes first, with every region's kept tensors.
     With checkpointing, the recomputed forward is a moment of its own: see _recomputed_forward.
+    Offloading (lora["offload"]): what the regions below kept is off the device (`kept` is what stays), and the
+    region's own is read back: its input (exact), or without checkpointing all its block's rows (an upper bound).
     """
     rank, names, norms, emb = lora["rank"], parse_targets(lora["targets"]), lora["train_norms"], lora["train_embedding"]
     C, tokens, shapes, regions = cfg.n_embd, batch * ctx, linear_shapes(cfg), _regions(cfg, mode)
 
-    def rows(block: int) -> int:  # what the block keeps without checkpointing
+    def rows(block: int, on_device: bool = False) -> int:  # what the block keeps without checkpointing
         input_grad = emb or block > 0
-        return sum(p * tokens + f for _, p, f in _block_rows(cfg, ctx, w, rank, names, device, input_grad, norms))
+        kept_rows = _block_rows(cfg, ctx, w, rank, names, device, input_grad, norms)
+        moved = [on_device and lora.get("offload") and is_offloaded(*r, tokens, mode, device) for r in kept_rows]
+        return sum(p * tokens + f for (_, p, f), gone in zip(kept_rows, moved) if not gone)
 
     def copies(
         block: int,
@@ -136,11 +134,11 @@ def _backward_through_blocks(
         return 2 * rank * sum(shapes[n][0] + shapes[n][1] * g for n, g in needs.items()) if w.autocast else 0
 
     if mode == "none":
-        below = [sum(rows(b) for b in range(r.start)) for r in regions]
+        below = [sum(rows(b, on_device=True) for b in range(r.start)) for r in regions]
     else:
         below = [i * kept for i in range(len(regions))]
     final_norm = 4 * C * tokens + 5 * 4 * C * tokens + (4 * C if norms else 0)
-    everything = below[-1] + rows(cfg.n_layer - 1) if mode == "none" else len(regions) * kept
+    everything = below[-1] + rows(cfg.n_layer - 1, True) if mode == "none" else len(regions) * kept
     worst = everything + final_norm + (sum(copies(b) for b in range(cfg.n_layer)) if mode == "none" else 0)
     trained_per_block = 4 * (sum(rank * sum(shapes[n]) for n in names) + (2 * C if norms else 0))
     for i, region in enumerate(regions):
@@ -218,7 +216,9 @@ def lora_estimate(
     for fp32, bf16 and fp16 autocast, every base dtype, target, checkpointing mode, dropout, trained norms and
     embedding, and the chunked loss. `library_workspace`: what CUDA's libraries hold (estimate.py's).
     `optimizer` "adamw8bit" and `optimizer_in_backward`: optimizer_state.py's terms, over the trained tensors only.
-    `offload_activations`: the rows that leave the device are marked; its moments are not verified (estimate refuses).
+    `offload_activations`: the rows (and a frozen embedding's 16-bit copy) that leave the device are the `offloaded`
+    term; the moments hold what stays plus what backward reads back (an upper bound in "backward: blocks" without
+    checkpointing: the whole block's rows, where autograd reads them node by node). Verified: peak within 1%.
     """
     check_shape(cfg, batch, ctx)
     precision, dev, mode = normalize_precision(precision), device_type(device), check_mode(checkpointing)
@@ -255,6 +255,11 @@ def lora_estimate(
     if mode != "none":  # checkpointed blocks save nothing in the forward: the copies go with autocast's cache
         kept_copies = 0
     embedding_copy = 2 * V * C if w.autocast else 0
+    # A frozen embedding's 16-bit copy has no trained leaf under it: offloading moves it as an activation (lm_head's
+    # matmul saves it for its input's gradient), so it leaves the device once lm_head's forward is done
+    copy_moved = (
+        offload_activations and embedding_copy >= OFFLOAD_MIN_BYTES and not train_embedding and loss_chunks == 1
+    )
     unpacked = max(unpack_bytes(s, base_dtype, quant_block, w.compute)[0] for s in shapes.values())
     loss = 4  # the loss itself, one fp32
     scalar_grads = 8  # its gradient, and the gradient of the loss scaled for the window
@@ -267,20 +272,20 @@ def lora_estimate(
     lm_head_16bit = 2 * V * C if (train_embedding and w.autocast) else 0
     moments_head = head_moments(cfg, tokens, w, loss_chunks, tied_grad, lm_head_16bit)
     top = _block_backward(cfg, tokens, w, dev, base_dtype, quant_block, rank, targets, not optimizer_in_backward)
-    lora = dict(rank=rank, targets=targets, **trained, in_backward=optimizer_in_backward)
-    kept = block_rows // len(_regions(cfg, mode))  # per region, with checkpointing
+    lora = dict(rank=rank, targets=targets, **trained, in_backward=optimizer_in_backward, offload=offload_activations)
+    moved = [r for r in rows if r["offloaded"]]
+    moved_blocks = sum(r["bytes"] for r in moved if r["part"] != "outside the blocks")
+    kept = (block_rows - moved_blocks) // len(_regions(cfg, mode))  # per region on the device, with checkpointing
     # checkpoint keeps the CPU generator's state per region (to replay dropout); once more while it recomputes
     # one (_recomputed_forward), where the top block unpacks down's weight as the forward did
     rng = CPU_RNG_STATE * len(_regions(cfg, mode)) if (mode != "none" and dev == "cpu") else 0
     down_unpack = unpack_bytes((C, H), base_dtype, quant_block, w.compute)[0]
     blocks_moment = _backward_through_blocks(cfg, batch, ctx, w, mode, dev, lora, kept, top, down_unpack)
-    moved = [r for r in rows if r["offloaded"]]
     offloaded = sum(r["bytes"] for r in moved)
-    moved_blocks = sum(r["bytes"] for r in moved if r["part"] != "outside the blocks")
-    # on the device: every row but these; backward reads back one region's (region_reload: exact for full and sqrt,
-    # an upper bound without checkpointing), and the loss head's at its forward and backward (head_reloads)
+    # on the device: every row but these; backward reads back one region's (_backward_through_blocks: exact for
+    # full and sqrt, an upper bound without checkpointing), and the loss head's at its forward and backward
     activations, block_rows = activations - offloaded, block_rows - moved_blocks
-    blocks_moment += region_reload(rows) - moved_blocks
+    offloaded += embedding_copy if copy_moved else 0
     # A trained embedding keeps the token ids (the batch's own tensor: counted as an activation, not in `always`)
     # and, with dropout, its mask, until its backward: through the blocks' backward, and the ids after it
     ids = 8 * tokens if train_embedding else 0
@@ -292,7 +297,8 @@ def lora_estimate(
     clip_norms = (2 * static["trained tensors"] + 1) * 4 + found_inf
     if optimizer != "adamw" or optimizer_in_backward:  # AdamW8bit's fp32 chunks; the step in backward does not clip
         clip_norms = step_temporaries(every_numel, optimizer, optimizer_in_backward, dev, 4, clip_norms) + found_inf
-    at_loss = always + rng + activations + head_back + adapter_copies + embedding_copy + moments_head.forward + loss
+    at_loss = always + rng + activations + head_back + adapter_copies + moments_head.forward + loss
+    at_loss += 0 if copy_moved else embedding_copy
     moments = {
         # at the loss (every activation, the logits and their fp32 upcast), or at the widest frozen layer's unpacking
         "forward": max(at_loss, always + rng + block_rows + adapter_copies + unpacked),
@@ -305,7 +311,7 @@ def lora_estimate(
         + kept_copies
         + loss
         + scalar_grads
-        + (moments_head.backward if loss_chunks > 1 else _head_backward(cfg, tokens, w, train_embedding)),
+        + (moments_head.backward if loss_chunks > 1 else _head_backward(cfg, tokens, w, train_embedding, copy_moved)),
         # the blocks' backward; the targets are still alive
         "backward: blocks": always + 8 * tokens + loss + scalar_grads + tied_grad + through_blocks + blocks_moment,
         # AdamW's step: every gradient, clipping's norms (and, in the first step, the state AdamW makes)

@@ -15,7 +15,7 @@ import torch
 from minigpt.config import check_lora_step, check_optimizer
 from minigpt.loss import check_loss_chunks
 from minigpt.memory.activations import activation_table, block_activation_bytes, selective_rows
-from minigpt.memory.adapter_step import LORA_OFFLOAD_REFUSAL, lora_estimate
+from minigpt.memory.adapter_step import lora_estimate
 from minigpt.memory.breakdown import MemoryBreakdown, Widths, device_type, widths
 from minigpt.memory.loss_head import HeadMoments, head_moments, loss_head_bytes, tied_sum_bytes
 from minigpt.memory.offloaded import head_reloads, region_reload
@@ -369,8 +369,6 @@ def estimate(
     check_optimizer(optimizer, optimizer_in_backward, precision)
     if lora_rank:  # `lora_*`, base_dtype...: adapters on a frozen base, whose terms adapters.py predicts
         check_lora_step(precision, master_weights=master_weights)  # as training: bf16-pure, so --master-weights
-        if offload_activations:
-            raise ValueError(LORA_OFFLOAD_REFUSAL)
         check_loss_chunks(loss_chunks, batch * ctx)
         lora = (lora_rank, lora_targets, base_dtype, quant_block, train_norms, train_embedding, CUDA_LIBRARY_WORKSPACE)
         levers = dict(optimizer=optimizer, optimizer_in_backward=optimizer_in_backward)
