@@ -94,11 +94,13 @@ def cmd_formats(args: argparse.Namespace) -> int:
 def cmd_memory(args: argparse.Namespace) -> int:
     """Predicted (and with --measure, measured) memory of one training step, by kind."""
     from minigpt import memory
+    from minigpt.config import check_dropout
     from minigpt.device import pick_device
     from minigpt.memory.offloaded import lever_lines
     from minigpt.model import shaped_config
 
-    cfg = shaped_config(args.preset, args.n_layer, args.n_embd, args.n_head)
+    check_dropout(args.dropout)
+    cfg = shaped_config(args.preset, args.n_layer, args.n_embd, args.n_head, dropout=args.dropout)
     ctx = check_ctx(args.ctx) or cfg.ctx
     device = pick_device(args.device)
     precision = chosen_precision(args)
@@ -417,6 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("memory", help="memory of one training step: predicted, and measured with --measure")
     add_step_shape_flags(p)
+    add_field_flag(p, "dropout", type=float, help="as train's --dropout: the masks it keeps count (0: none)")
     p.add_argument("--measure", action="store_true", help="also run one real step and measure it")
     p.add_argument("--world", type=int, default=1, help="processes the state is split over with --shard (default: 1)")
     p.add_argument("--json", action="store_true")

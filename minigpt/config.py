@@ -94,8 +94,7 @@ class TrainConfig:
             raise ValueError(f"--lr must be positive, got {self.lr}")
         if not (math.isfinite(self.grad_clip) and self.grad_clip >= 0):
             raise ValueError(f"--grad-clip must be 0 (no clipping) or a positive max norm, got {self.grad_clip}")
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"--dropout must be in [0, 1), got {self.dropout}")
+        check_dropout(self.dropout)
         self.model_config()  # a shape that cannot work (--n-embd not divisible by --n-head, ...) stops here
         if not 0 <= self.min_lr_ratio <= 1 or not self.weight_decay >= 0:
             raise ValueError(
@@ -134,6 +133,12 @@ class TrainConfig:
     @property
     def warmup(self) -> int:
         return self.warmup_steps if self.warmup_steps is not None else max(1, self.steps // 20)
+
+
+def check_dropout(dropout: float) -> None:
+    """--dropout is a probability below 1 (1 would zero every activation): one line if not."""
+    if not 0 <= dropout < 1:  # (also catches nan)
+        raise ValueError(f"--dropout must be in [0, 1), got {dropout}")
 
 
 def check_optimizer(
@@ -210,12 +215,23 @@ def check_finetune(cfg: TrainConfig) -> None:
         raise ValueError(f"--quant-block must be 0 (per channel) or more, got {cfg.quant_block}")
     if cfg.base_dtype in ("int8", "nf4"):
         block_size((width, width), cfg.quant_block)
-    if cfg.precision == "bf16-pure":
+    check_lora_step(cfg.precision, cfg.shard)
+
+
+def check_lora_step(precision: str, shard: str = "none", master_weights: bool = False) -> None:
+    """The step settings LoRA cannot run with (bf16-pure, and so --master-weights; FSDP): one line each.
+
+    Shared by training's config and `minigpt memory`, so the two refuse the same things with the same words.
+    """
+    if master_weights and precision != "bf16-pure":
+        raise ValueError("master_weights only applies to --precision bf16-pure (the others keep fp32 weights)")
+    if precision == "bf16-pure":
         raise ValueError(
             "--lora-rank with --precision bf16-pure: the frozen base's storage is --base-dtype and the adapters "
-            "train in fp32; use --precision bf16 (autocast) with --base-dtype bf16"
+            "train in fp32 (so --master-weights, bf16-pure's, has nothing to do); use --precision bf16 (autocast) "
+            "with --base-dtype bf16"
         )
-    if cfg.shard == "fsdp":
+    if shard == "fsdp":
         raise ValueError("--lora-rank with --shard fsdp: the frozen, quantized base is not sharded; use --shard none")
 
 

@@ -535,7 +535,7 @@ def environment(device: torch.device) -> dict:
     from minigpt.device import device_info
 
     return {
-        "device": device_info(device).describe() if device.type == "cuda" else f"cpu ({platform.processor() or 'CPU'})",
+        "device": device_info(device).describe(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
@@ -558,8 +558,7 @@ def write_report(out: Path, env: dict, results: list[dict], seconds: float) -> N
         v: sum(r["verdict"] == v for r in results) for v in ("PASS", "FAIL", "ERROR", "TIMEOUT", "SKIP", "NOT RUN")
     }
     report = {**env, "seconds": round(seconds, 1), "counts": counts, "checks": results}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    write_text(out / "report.json", json.dumps(report, indent=1, default=str) + "\n")
     lines = ["# minigpt gpu check", ""]
     lines += [f"- {k}: {v}" for k, v in env.items()]
     lines += [f"- total: {seconds:.0f} s; " + ", ".join(f"{v} {k}" for k, v in counts.items() if v), ""]
@@ -577,7 +576,14 @@ def write_report(out: Path, env: dict, results: list[dict], seconds: float) -> N
             predicted = "" if row["predicted"] is None else fmt(row["predicted"])
             cells = [row["what"], predicted, fmt(row["measured"]), error, f"{tol}({row['source']})", verdict]
             lines.append("| " + " | ".join(cells) + " |")
-    (out / "report.md").write_text("\n".join(lines) + "\n")
+    write_text(out / "report.md", "\n".join(lines) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """The file whole or not at all (minigpt.files): a run killed while writing keeps the last whole report."""
+    from minigpt.files import write_atomically
+
+    write_atomically(path, lambda f: f.write(text.encode("utf-8")))
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -65,3 +65,11 @@ def test_a_run_records_the_package_files_it_imported_and_a_change_makes_it_stale
     del nb.metadata["minigpt"]
     nbformat.write(nb, path)
     assert "not run by `make chapters`" in make_chapters.stale_because(path)
+
+
+def test_no_stored_outputs_come_from_package_code_that_has_changed_since():
+    """Every chapter and solution notebook was executed by `make chapters` after the last change to any package
+    file its kernel imported: its stored outputs are what the package prints today."""
+    notebooks = [notebook for _, notebook in make_chapters.pairs()] + make_chapters.solution_notebooks([])
+    stale = [why for why in map(make_chapters.stale_because, notebooks) if why]
+    assert not stale, "re-run these with `make chapters` (or scripts/make_chapters.py NN):\n" + "\n".join(stale)

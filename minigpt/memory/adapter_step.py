@@ -18,12 +18,17 @@ from minigpt.memory.adapters import (
     linear_shapes,
     lora_activation_rows,
     lora_static,
+    trained_numels,
     unpack_bytes,
 )
 from minigpt.memory.breakdown import MemoryBreakdown, Widths, check_mode, check_shape, device_type, widths
 from minigpt.memory.loss_head import head_moments, loss_head_bytes, tied_sum_bytes
+from minigpt.memory.offloaded import head_reloads, is_offloaded
+from minigpt.memory.optimizer_state import hook_bytes, step_temporaries
 from minigpt.model import ModelConfig
+from minigpt.offload import OFFLOAD_MIN_BYTES
 from minigpt.optim import FUSED_ADAMW_DEVICES
+from minigpt.optim.adamw8bit import state_bytes
 from minigpt.precision import normalize_precision
 from minigpt.recompute import sqrt_segments
 
@@ -32,7 +37,15 @@ CPU_RNG_STATE = 5072
 
 
 def _block_backward(
-    cfg: ModelConfig, tokens: int, w: Widths, device: str, base_dtype: str, quant_block: int, rank: int, targets: str
+    cfg: ModelConfig,
+    tokens: int,
+    w: Widths,
+    device: str,
+    base_dtype: str,
+    quant_block: int,
+    rank: int,
+    targets: str,
+    grads_kept: bool = True,
 ) -> int:
     """The top block's MLP backward, above its own activations: G, the residual stream's gradient, and the rest.
 
@@ -40,6 +53,7 @@ def _block_backward(
     backward makes two more (N, H) before it frees anything. An adapter on down runs its backward first: its
     gradients (fp32) and the gradient of its input are made, and down's input and x @ A^T, which it kept, are freed.
     With dropout, its backward comes first: it makes down's output gradient, G times the mask, and frees the mask.
+    With the step in backward (not `grads_kept`), the adapter's gradients are stepped and freed before that peak.
     """
     C, H, a = cfg.n_embd, cfg.mlp_hidden, w.compute
     residual_grad = w.residual * C * tokens
@@ -50,24 +64,27 @@ def _block_backward(
     down_input_grad = a * H * tokens
     adapter, kept_input = 0, 0
     if "down" in parse_targets(targets):  # + its fp32 gradients, - what it kept (and its 16-bit A and B)
-        adapter = 4 * rank * (C + H) - a * rank * tokens - (2 * rank * (C + H) if w.autocast else 0)
+        adapter = 4 * rank * (C + H) * grads_kept - a * rank * tokens - (2 * rank * (C + H) if w.autocast else 0)
         kept_input = down_input_grad  # its backward freed down's input: the product's backward comes later
     unpacking = down_output_grad + max(peak, result + down_input_grad)
     product = 3 * down_input_grad - kept_input
     return residual_grad - mask + adapter + max(unpacking, product)
 
 
-def _head_backward(cfg: ModelConfig, tokens: int, w: Widths, train_embedding: bool) -> int:
+def _head_backward(cfg: ModelConfig, tokens: int, w: Widths, train_embedding: bool, copy_moved: bool = False) -> int:
     """Plain cross-entropy's backward in a LoRA step, above the activations (the log-softmax among them).
 
     Its two fp32 (N, V) gradients come first, beside autocast's 16-bit copy of the tied weight. Then lm_head's
     matmul makes the gradient of its input and, when the embedding trains, of the weight (16 bits under autocast).
     Autocast frees the copy and the logits' gradient before it casts that 16-bit gradient to fp32.
+    `copy_moved`: offloading moved the copy of a frozen embedding (no weight of its own): read back at the matmul.
     """
     head, V, C = loss_head_bytes(cfg, tokens, w), cfg.vocab_size, cfg.n_embd
     copy = 2 * V * C if w.autocast else 0
     input_grad = w.compute * C * tokens
     at_matmul = copy + head.logits_grad - head.saved_log_softmax + input_grad
+    if copy_moved:
+        copy = 0  # (until the matmul's backward reads it back)
     if train_embedding:
         at_matmul += w.compute * V * C
     at_cast = input_grad - head.saved_log_softmax + (2 + 4) * V * C if (train_embedding and w.autocast) else 0
@@ -98,13 +115,17 @@ def _backward_through_blocks(
     (recomputed, or kept) and its input, the blocks above hold their trained tensors' gradients, and its top
     block runs backward. The final norm's backward comes first, with every region's kept tensors.
     With checkpointing, the recomputed forward is a moment of its own: see _recomputed_forward.
+    Offloading (lora["offload"]): what the regions below kept is off the device (`kept` is what stays), and the
+    region's own is read back: its input (exact), or without checkpointing all its block's rows (an upper bound).
     """
     rank, names, norms, emb = lora["rank"], parse_targets(lora["targets"]), lora["train_norms"], lora["train_embedding"]
     C, tokens, shapes, regions = cfg.n_embd, batch * ctx, linear_shapes(cfg), _regions(cfg, mode)
 
-    def rows(block: int) -> int:  # what the block keeps without checkpointing
+    def rows(block: int, on_device: bool = False) -> int:  # what the block keeps without checkpointing
         input_grad = emb or block > 0
-        return sum(p * tokens + f for _, p, f in _block_rows(cfg, ctx, w, rank, names, device, input_grad, norms))
+        kept_rows = _block_rows(cfg, ctx, w, rank, names, device, input_grad, norms)
+        moved = [on_device and lora.get("offload") and is_offloaded(*r, tokens, mode, device) for r in kept_rows]
+        return sum(p * tokens + f for (_, p, f), gone in zip(kept_rows, moved) if not gone)
 
     def copies(
         block: int,
@@ -113,11 +134,11 @@ def _backward_through_blocks(
         return 2 * rank * sum(shapes[n][0] + shapes[n][1] * g for n, g in needs.items()) if w.autocast else 0
 
     if mode == "none":
-        below = [sum(rows(b) for b in range(r.start)) for r in regions]
+        below = [sum(rows(b, on_device=True) for b in range(r.start)) for r in regions]
     else:
         below = [i * kept for i in range(len(regions))]
     final_norm = 4 * C * tokens + 5 * 4 * C * tokens + (4 * C if norms else 0)
-    everything = below[-1] + rows(cfg.n_layer - 1) if mode == "none" else len(regions) * kept
+    everything = below[-1] + rows(cfg.n_layer - 1, True) if mode == "none" else len(regions) * kept
     worst = everything + final_norm + (sum(copies(b) for b in range(cfg.n_layer)) if mode == "none" else 0)
     trained_per_block = 4 * (sum(rank * sum(shapes[n]) for n in names) + (2 * C if norms else 0))
     for i, region in enumerate(regions):
@@ -128,6 +149,8 @@ def _backward_through_blocks(
             live += w.compute * C * tokens
         held_copies = sum(copies(b) for b in (range(region.stop) if mode == "none" else region))
         above = trained_per_block * (cfg.n_layer - region.stop) + (4 * C if norms else 0)
+        if lora.get("in_backward"):  # the step in backward: each gradient above was stepped and freed
+            above = 0
         worst = max(worst, below[i] + live + held_copies + above + top)
         if mode != "none":
             region_top = region.stop - 1
@@ -182,27 +205,43 @@ def lora_estimate(
     train_embedding: bool = False,
     library_workspace: int = 0,
     loss_chunks: int = 1,
+    *,
+    optimizer: str = "adamw",
+    optimizer_in_backward: bool = False,
+    offload_activations: bool = False,
 ) -> MemoryBreakdown:
     """Predicted memory of one LoRA training step, from the config alone (see adapters.py and this module).
 
     Verified against the meter (tests/test_lora.py): static terms and activations to the byte, moments within 1%,
     for fp32, bf16 and fp16 autocast, every base dtype, target, checkpointing mode, dropout, trained norms and
     embedding, and the chunked loss. `library_workspace`: what CUDA's libraries hold (estimate.py's).
+    `optimizer` "adamw8bit" and `optimizer_in_backward`: optimizer_state.py's terms, over the trained tensors only.
+    `offload_activations`: the rows (and a frozen embedding's 16-bit copy) that leave the device are the `offloaded`
+    term; the moments hold what stays plus what backward reads back (an upper bound in "backward: blocks" without
+    checkpointing: the whole block's rows, where autograd reads them node by node). Verified: peak within 1%.
     """
     check_shape(cfg, batch, ctx)
     precision, dev, mode = normalize_precision(precision), device_type(device), check_mode(checkpointing)
     w, tokens, V, C, H = widths(precision), batch * ctx, cfg.vocab_size, cfg.n_embd, cfg.mlp_hidden
     static = lora_static(cfg, rank, targets, base_dtype, quant_block, train_norms, train_embedding)
+    numels = trained_numels(cfg, rank, targets, train_norms, train_embedding)
+    every_numel = [n for part in numels.values() for n in part]
+    if optimizer == "adamw8bit":  # its 8-bit moments (fp32 ones for a tensor under 4096 values)
+        static["optimizer"] = sum(state_bytes(n) for n in every_numel)
     weights = static["base weights"] + static["adapter weights"] + static["embedding and norms"]
     trained = dict(train_norms=train_norms, train_embedding=train_embedding)
     rows = lora_activation_rows(cfg, batch, ctx, w, rank, targets, mode, dev, **trained, loss_chunks=loss_chunks)
+    for r in rows:  # --offload-activations: the rows minigpt.offload moves off the device (offloaded.py's rules)
+        where = (r["tensor"], r["per_token"], r["fixed"], tokens, mode, dev)
+        r["offloaded"] = offload_activations and is_offloaded(*where)
+    # what the moments below count is computed without offloading, then the rows that leave are taken off
     activations = sum(r["bytes"] for r in rows)
     block_rows = sum(r["bytes"] for r in rows if r["part"] != "outside the blocks")
     # Always there: weights, AdamW's state (made by the first step), the RoPE tables, a 4-byte step counter per
     # trained tensor (fused AdamW), the batch's token ids (a frozen embedding does not keep them: they count
     # here, not as an activation) and, on CUDA, cuBLAS's workspaces.
     rope = 2 * cfg.ctx * (cfg.head_dim // 2) * w.model
-    counters = 4 * static["trained tensors"] if dev in FUSED_ADAMW_DEVICES else 0
+    counters = 4 * static["trained tensors"] if (dev in FUSED_ADAMW_DEVICES and optimizer == "adamw") else 0
     always = weights + static["optimizer"] + rope + counters + (0 if train_embedding else 8 * tokens)
     if dev == "cuda":
         always += library_workspace
@@ -216,6 +255,11 @@ def lora_estimate(
     if mode != "none":  # checkpointed blocks save nothing in the forward: the copies go with autocast's cache
         kept_copies = 0
     embedding_copy = 2 * V * C if w.autocast else 0
+    # A frozen embedding's 16-bit copy has no trained leaf under it: offloading moves it as an activation (lm_head's
+    # matmul saves it for its input's gradient), so it leaves the device once lm_head's forward is done
+    copy_moved = (
+        offload_activations and embedding_copy >= OFFLOAD_MIN_BYTES and not train_embedding and loss_chunks == 1
+    )
     unpacked = max(unpack_bytes(s, base_dtype, quant_block, w.compute)[0] for s in shapes.values())
     loss = 4  # the loss itself, one fp32
     scalar_grads = 8  # its gradient, and the gradient of the loss scaled for the window
@@ -227,22 +271,34 @@ def lora_estimate(
     tied_grad = 4 * V * C if train_embedding else 0
     lm_head_16bit = 2 * V * C if (train_embedding and w.autocast) else 0
     moments_head = head_moments(cfg, tokens, w, loss_chunks, tied_grad, lm_head_16bit)
-    top = _block_backward(cfg, tokens, w, dev, base_dtype, quant_block, rank, targets)
-    lora = dict(rank=rank, targets=targets, **trained)
-    kept = block_rows // len(_regions(cfg, mode))  # per region, with checkpointing
+    top = _block_backward(cfg, tokens, w, dev, base_dtype, quant_block, rank, targets, not optimizer_in_backward)
+    lora = dict(rank=rank, targets=targets, **trained, in_backward=optimizer_in_backward, offload=offload_activations)
+    moved = [r for r in rows if r["offloaded"]]
+    moved_blocks = sum(r["bytes"] for r in moved if r["part"] != "outside the blocks")
+    kept = (block_rows - moved_blocks) // len(_regions(cfg, mode))  # per region on the device, with checkpointing
     # checkpoint keeps the CPU generator's state per region (to replay dropout); once more while it recomputes
     # one (_recomputed_forward), where the top block unpacks down's weight as the forward did
     rng = CPU_RNG_STATE * len(_regions(cfg, mode)) if (mode != "none" and dev == "cpu") else 0
     down_unpack = unpack_bytes((C, H), base_dtype, quant_block, w.compute)[0]
     blocks_moment = _backward_through_blocks(cfg, batch, ctx, w, mode, dev, lora, kept, top, down_unpack)
+    offloaded = sum(r["bytes"] for r in moved)
+    # on the device: every row but these; backward reads back one region's (_backward_through_blocks: exact for
+    # full and sqrt, an upper bound without checkpointing), and the loss head's at its forward and backward
+    activations, block_rows = activations - offloaded, block_rows - moved_blocks
+    offloaded += embedding_copy if copy_moved else 0
     # A trained embedding keeps the token ids (the batch's own tensor: counted as an activation, not in `always`)
     # and, with dropout, its mask, until its backward: through the blocks' backward, and the ids after it
     ids = 8 * tokens if train_embedding else 0
     embedding_kept = ids + (mask_bytes(w.residual, dev) * C * tokens if (train_embedding and cfg.dropout > 0) else 0)
+    embedding_kept -= sum(r["bytes"] for r in moved if r["tensor"].startswith("embedding dropout"))
     through_blocks = rng + embedding_kept
+    head_back = head_reloads(rows)  # (0 without offloading)
     # clip_grad_norm_: a norm per gradient, their stack and the total; fp16: the GradScaler's found-inf flag
     clip_norms = (2 * static["trained tensors"] + 1) * 4 + found_inf
-    at_loss = always + rng + activations + adapter_copies + embedding_copy + moments_head.forward + loss
+    if optimizer != "adamw" or optimizer_in_backward:  # AdamW8bit's fp32 chunks; the step in backward does not clip
+        clip_norms = step_temporaries(every_numel, optimizer, optimizer_in_backward, dev, 4, clip_norms) + found_inf
+    at_loss = always + rng + activations + head_back + adapter_copies + moments_head.forward + loss
+    at_loss += 0 if copy_moved else embedding_copy
     moments = {
         # at the loss (every activation, the logits and their fp32 upcast), or at the widest frozen layer's unpacking
         "forward": max(at_loss, always + rng + block_rows + adapter_copies + unpacked),
@@ -250,25 +306,37 @@ def lora_estimate(
         "backward: loss head": always
         + rng
         + activations
+        + head_back
         - (4 if loss_chunks == 1 else 0)
         + kept_copies
         + loss
         + scalar_grads
-        + (moments_head.backward if loss_chunks > 1 else _head_backward(cfg, tokens, w, train_embedding)),
+        + (moments_head.backward if loss_chunks > 1 else _head_backward(cfg, tokens, w, train_embedding, copy_moved)),
         # the blocks' backward; the targets are still alive
         "backward: blocks": always + 8 * tokens + loss + scalar_grads + tied_grad + through_blocks + blocks_moment,
         # AdamW's step: every gradient, clipping's norms (and, in the first step, the state AdamW makes)
         "optimizer": always + 8 * tokens + ids + loss + static["gradients"] + clip_norms,
     }
+    # the step in backward: each gradient is stepped and freed as soon as it is complete, so at most the largest
+    # one is alive at once (optimizer_state.in_backward_gradient_bytes), and nothing is left for the optimizer
+    gradients = 4 * max(every_numel) if optimizer_in_backward else static["gradients"]
+    if optimizer_in_backward:
+        moments["optimizer"] = always + 8 * tokens + ids + loss + clip_norms
     if train_embedding:  # its gradient and lm_head's, then their sum (a new tensor where not made in place)
         in_flight = max(tied_sum_bytes(cfg, w, loss_chunks), w.residual * C * tokens)
-        grads = static["gradients"] + tied_grad
+        # in backward: the blocks' gradients were stepped and freed; the embedding's own .grad is still to come
+        grads = (4 * V * C if optimizer_in_backward else static["gradients"]) + tied_grad
         moments["backward: embedding"] = always + 8 * tokens + ids + loss + grads + in_flight
+        if optimizer_in_backward:  # then its hook: the summed gradient and AdamW's temporaries
+            hook = hook_bytes(numels["embedding"], optimizer, dev, 4)
+            stepping = always + 8 * tokens + ids + loss + hook
+            moments["backward: embedding"] = max(moments["backward: embedding"], stepping)
     return MemoryBreakdown(
         weights=weights,
-        gradients=static["gradients"],
+        gradients=gradients,
         optimizer=static["optimizer"],
         activations=activations,
+        offloaded=offloaded if offload_activations else None,
         logits=moments_head.logits + loss,
         # without unpacking: the final norm's five (N, C), or G and the product's three (N, H)
         activation_grads=scalar_grads + max(20 * C * tokens, w.residual * C * tokens + 3 * w.compute * H * tokens),

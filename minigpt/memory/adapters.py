@@ -61,6 +61,23 @@ def lora_static(
     }
 
 
+def trained_numels(
+    cfg: ModelConfig, rank: int, targets: str, train_norms: bool = False, train_embedding: bool = False
+) -> dict[str, list[int]]:
+    """Values of each trained tensor, by where it is: "embedding", "blocks" (A, B, the gains), "final norm".
+
+    What AdamW8bit's state and the step in backward's hooks are sized by, tensor by tensor.
+    """
+    shapes = linear_shapes(cfg)
+    per_block = [rank * side for n in parse_targets(targets) for side in shapes[n][::-1]]  # A (r, in), B (out, r)
+    per_block += [cfg.n_embd, cfg.n_embd] if train_norms else []
+    return {
+        "embedding": [cfg.vocab_size * cfg.n_embd] if train_embedding else [],
+        "blocks": per_block * cfg.n_layer,
+        "final norm": [cfg.n_embd] if train_norms else [],
+    }
+
+
 def unpack_bytes(shape: tuple[int, int], base_dtype: str, quant_block: int, compute: int) -> tuple[int, int]:
     """(peak, result) bytes of unpacking one frozen (out, in) weight into the compute dtype (`compute` bytes).
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from minigpt.config import check_optimizer
+from minigpt.config import check_lora_step, check_optimizer
 from minigpt.loss import check_loss_chunks
 from minigpt.memory.activations import activation_table, block_activation_bytes, selective_rows
 from minigpt.memory.adapter_step import lora_estimate
@@ -368,15 +368,12 @@ def estimate(
     precision = normalize_precision(precision)
     check_optimizer(optimizer, optimizer_in_backward, precision)
     if lora_rank:  # `lora_*`, base_dtype...: adapters on a frozen base, whose terms adapters.py predicts
-        if optimizer != "adamw" or optimizer_in_backward or offload_activations or master_weights:
-            raise ValueError(
-                "minigpt memory predicts a LoRA step with AdamW (any checkpointing, dropout, trained norms or "
-                "embedding, the chunked loss), not yet with --optimizer adamw8bit, --optimizer-in-backward, "
-                "--offload-activations or --master-weights, which training runs"
-            )
+        check_lora_step(precision, master_weights=master_weights)  # as training: bf16-pure, so --master-weights
         check_loss_chunks(loss_chunks, batch * ctx)
         lora = (lora_rank, lora_targets, base_dtype, quant_block, train_norms, train_embedding, CUDA_LIBRARY_WORKSPACE)
-        return lora_estimate(model_cfg, batch, ctx, precision, checkpointing, device, *lora, loss_chunks)
+        levers = dict(optimizer=optimizer, optimizer_in_backward=optimizer_in_backward)
+        levers["offload_activations"] = offload_activations
+        return lora_estimate(model_cfg, batch, ctx, precision, checkpointing, device, *lora, loss_chunks, **levers)
     dev = device_type(device)
     static = static_bytes(model_cfg, precision, master_weights)
     check_loss_chunks(loss_chunks, batch * ctx)

@@ -66,8 +66,18 @@ def optimizer_step_bytes(
     at their worst, then the total norm (one value in the gradients' dtype) held through the update; the
     step in backward does not clip (config refuses it).
     """
+    return step_temporaries(_numels(cfg), optimizer, in_backward, device, state_bytes_per_value, clip_norms)
+
+
+def step_temporaries(
+    numels: list[int], optimizer: str, in_backward: bool, device: str, state_bytes_per_value: int, clip_norms: int
+) -> int:
+    """optimizer_step_bytes for any list of trained tensors, `numels` values each (a LoRA step's adapters, say).
+
+    The worst tensor's update temporaries, and, in an ordinary step, clipping's norms or the total norm beside them.
+    """
     sixteen_bit = state_bytes_per_value == 2
-    worst = max(update_temporaries(n, optimizer, device, sixteen_bit) for n in _numels(cfg))
+    worst = max(update_temporaries(n, optimizer, device, sixteen_bit) for n in numels)
     return worst if in_backward else max(clip_norms, state_bytes_per_value + worst)
 
 
@@ -79,14 +89,19 @@ def in_backward_step_bytes(
     For the embedding (`embedding`) or for the worst tensor of a block. With master weights the hook makes
     the fp32 copy's gradient beside the bf16 one (6 bytes a value), frees the bf16 one, then updates.
     """
+    numels = _numels(cfg)  # parameter_shapes' order: the embedding, the blocks' tensors, the final norm's gain
+    return hook_bytes(numels[:1] if embedding else numels[1:-1], optimizer, device, model_bytes, master_weights)
+
+
+def hook_bytes(numels: list[int], optimizer: str, device: str, model_bytes: int, master_weights: bool = False) -> int:
+    """in_backward_step_bytes for any list of trained tensors: the worst one's gradient and update temporaries.
+
+    `model_bytes`: the trained tensors' dtype (a LoRA step's adapters are fp32, 4, whatever the precision).
+    """
     sixteen_bit = model_bytes == 2 and not master_weights
     grad_bytes = 4 if master_weights else model_bytes
-    numels = _numels(cfg)  # parameter_shapes' order: the embedding, the blocks' tensors, the final norm's gain
-    tensors = numels[:1] if embedding else numels[1:-1]
     copying = (model_bytes + 4) if master_weights else 0  # the moment the fp32 copy is made: both gradients
-    return max(
-        max(copying * n, grad_bytes * n + update_temporaries(n, optimizer, device, sixteen_bit)) for n in tensors
-    )
+    return max(max(copying * n, grad_bytes * n + update_temporaries(n, optimizer, device, sixteen_bit)) for n in numels)
 
 
 def largest_param(cfg: ModelConfig) -> int:
