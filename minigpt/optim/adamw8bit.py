@@ -192,6 +192,34 @@ def adamw_update_(
     return denom
 
 
+def foreach_adamw_update_(
+    params: list[torch.Tensor],
+    grads: list[torch.Tensor],
+    exp_avgs: list[torch.Tensor],
+    exp_avg_sqs: list[torch.Tensor],
+    step: int,
+    lr: float,
+    betas: tuple[float, float],
+    eps: float,
+    weight_decay: float,
+) -> None:
+    """adamw_update_ on a list of fp32 tensors at once: the same ops in the same order, each a torch._foreach op.
+
+    On a CPU a foreach op runs its tensors' ordinary kernels one after the other, so every number is adamw_update_'s,
+    bitwise; what it saves is Python: eight calls for all the small tensors, where one at a time took eight each.
+    """
+    beta1, beta2 = betas
+    torch._foreach_mul_(params, 1 - lr * weight_decay)
+    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+    torch._foreach_mul_(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
+    bias_correction1, bias_correction2 = 1 - beta1**step, 1 - beta2**step
+    denoms = torch._foreach_sqrt(exp_avg_sqs)
+    torch._foreach_div_(denoms, math.sqrt(bias_correction2))
+    torch._foreach_add_(denoms, eps)
+    torch._foreach_addcdiv_(params, exp_avgs, denoms, value=-lr / bias_correction1)
+
+
 def _decode(codes: torch.Tensor, scales: torch.Tensor, code: PowerCode) -> torch.Tensor:
     """dequantize's arithmetic on [blocks, BLOCK] codes and their [blocks] scales, returning a new fp32 tensor."""
     x = codes.float()
@@ -320,11 +348,38 @@ class AdamW8bit(torch.optim.Optimizer):
                     state.update(self._new_state(p))
                 state["step"] += 1
                 todo.append((p, state, group))
+        todo = self._update_small_fp32(todo)
         if todo:
             buffers, numbers = self._buffers(todo), {}
             for p, state, group in todo:
                 self._update(p, state, group, buffers, numbers)
         return loss
+
+    @staticmethod
+    def _update_small_fp32(todo: list) -> list:
+        """Update the fp32 parameters whose moments are fp32 (the small tensors) with foreach_adamw_update_, a
+        list per set of hyperparameters; return the rest of `todo`. A 10m model has 21 such tensors: one at a
+        time, their Python took about a tenth of the compiled step."""
+        batches, rest = {}, []
+        for p, state, group in todo:
+            if "exp_avg" in state and p.dtype == torch.float32 and p.grad.dtype == torch.float32:
+                key = (state["step"], group["lr"], group["betas"], group["eps"], group["weight_decay"])
+                batches.setdefault(key, []).append((p, state))
+            else:
+                rest.append((p, state, group))
+        for (step, lr, betas, eps, weight_decay), batch in batches.items():
+            foreach_adamw_update_(
+                [p.view(-1) for p, _ in batch],
+                [p.grad.view(-1) for p, _ in batch],
+                [state["exp_avg"] for _, state in batch],
+                [state["exp_avg_sq"] for _, state in batch],
+                step,
+                lr,
+                betas,
+                eps,
+                weight_decay,
+            )
+        return rest
 
     def _buffers(self, todo: list) -> list[torch.Tensor]:
         """The fp32 tensors every chunk of this step works in: m, v and sqrt(v) (only sqrt(v) if no moment is
