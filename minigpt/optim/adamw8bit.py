@@ -315,6 +315,7 @@ class AdamW8bit(torch.optim.Optimizer):
             raise ValueError(f"chunk must be a positive multiple of BLOCK ({BLOCK}), got {chunk}")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
         self.min_quantized, self.chunk, self.compile = min_quantized, chunk, compile
+        self._chunks: dict[torch.Tensor, tuple] = {}  # per parameter: _compiled_chunks' views, made once
         if compile:
             for device in {p.device for group in self.param_groups for p in group["params"]}:
                 check_compile(device)
@@ -419,22 +420,42 @@ class AdamW8bit(torch.optim.Optimizer):
         if key not in numbers:
             numbers[key] = torch.tensor(key[1:], dtype=torch.float32, device=p.device)
         whole = p.numel() // BLOCK  # whole blocks; the last block, if partial, goes the eager way
-        # [blocks, BLOCK] views of the whole blocks, sliced a chunk at a time
-        rows = [t.view(-1)[: whole * BLOCK].view(-1, BLOCK) for t in (p, p.grad, state["exp_avg_codes"])]
-        rows += [state["exp_avg_scales"], state["exp_avg_sq_codes"][: whole * BLOCK].view(-1, BLOCK)]
-        rows.append(state["exp_avg_sq_scales"])
-        step = self.chunk // BLOCK
-        for first in range(0, whole, step):
-            last = min(first + step, whole)
-            if last - first < 2:  # one block: torch.compile would compile a shape for it alone
+        grad_rows = p.grad.view(-1)[: whole * BLOCK].view(-1, BLOCK)
+        for first, last, chunk in self._compiled_chunks(p, state):
+            if chunk is None:  # one block: torch.compile would compile a shape for it alone
                 self._eager_chunk(p, state, hyper, buffers, first * BLOCK, last * BLOCK)
                 continue
-            chunk = [t[first:last] for t in rows]
-            for t in chunk:
-                torch._dynamo.maybe_mark_dynamic(t, 0)  # any number of blocks: one compile per dtype
-            compiled_update()(*chunk, numbers[key])
+            grad = grad_rows[first:last]
+            torch._dynamo.maybe_mark_dynamic(grad, 0)
+            compiled_update()(chunk[0], grad, *chunk[1:], numbers[key])
         if whole * BLOCK < p.numel():
             self._eager_chunk(p, state, hyper, buffers, whole * BLOCK, p.numel())
+
+    def _compiled_chunks(self, p: torch.Tensor, state: dict) -> list[tuple[int, int, list | None]]:
+        """(first block, last block, views) of each chunk of p's whole blocks: [blocks, BLOCK] views of the parameter
+        and the codes, and the blocks' scales, their number of blocks marked dynamic (one compile for any number);
+        views None for a chunk of a single block. Made at the first step and kept while the tensors are the same
+        ones (a load_state_dict makes new codes): slicing and marking a view costs microseconds, a step makes
+        hundreds of them."""
+        tensors = (p, state["exp_avg_codes"], state["exp_avg_scales"], state["exp_avg_sq_codes"])
+        tensors += (state["exp_avg_sq_scales"],)
+        identity = tuple(t.data_ptr() for t in tensors)
+        cached = self._chunks.get(p)
+        if cached is not None and cached[0] == identity:
+            return cached[1]
+        whole = p.numel() // BLOCK
+        rows = [t.view(-1)[: whole * BLOCK].view(-1, BLOCK) for t in (p, state["exp_avg_codes"])]
+        rows += [state["exp_avg_scales"], state["exp_avg_sq_codes"][: whole * BLOCK].view(-1, BLOCK)]
+        rows.append(state["exp_avg_sq_scales"])
+        chunks, step = [], self.chunk // BLOCK
+        for first in range(0, whole, step):
+            last = min(first + step, whole)
+            views = [t[first:last] for t in rows] if last - first >= 2 else None
+            for t in views or []:
+                torch._dynamo.maybe_mark_dynamic(t, 0)
+            chunks.append((first, last, views))
+        self._chunks[p] = (identity, chunks)
+        return chunks
 
     def _eager_chunk(
         self, p: torch.Tensor, state: dict, hyper: dict, buffers: list[torch.Tensor], start: int, end: int
@@ -464,6 +485,7 @@ class AdamW8bit(torch.optim.Optimizer):
         """torch's load, then the saved tensors put back as they were: torch would cast the codes to the
         parameter's dtype (and the scales to bf16 under bf16-pure)."""
         super().load_state_dict(state_dict)
+        self._chunks.clear()  # views of the old codes: dropped, so those are freed now
         params = [p for group in self.param_groups for p in group["params"]]
         for index, saved in state_dict["state"].items():
             p = params[index]
