@@ -409,8 +409,8 @@ def test_the_compiled_step_gives_the_eager_steps_codes_scales_and_weights(compil
     The tolerance. Both paths compute the same formulas in fp32 but round differently: eager's lerp and
     addcmul are fused multiply-adds (inductor's CPU code has none); the compiled pass multiplies by
     1/sqrt(bias correction) where eager divides, decodes with scale * (1 / levels**power) where eager divides
-    the scale by levels**power (one rounding more on the decoded m and v), takes v's code from sqrt(v) and v's
-    scale as the square of the largest sqrt(v) (two roundings more on that scale than eager's largest v); and
+    the scale by levels**power (one rounding more on the decoded m and v), and takes v's code from sqrt(v)
+    (v's scale is the largest v in both: the bound below counts two roundings more on it all the same); and
     eager's vectorized sqrt is off by up to 0.75 ulp where inductor's is exact. That is at most about 16
     roundings, 16 * 2**-24 = 2**-20 relative, on m, v, the update u and the scales. So: an fp32 weight within
     2 ulps (its own last rounding, plus u's error, u being far smaller than the weight) + 2**-20 |u|; a bf16
