@@ -72,6 +72,12 @@ def machine_key(device_type: str) -> dict:
     }
 
 
+def shown(path: Path) -> str:
+    """The path as a message shows it: the home folder as ~, so that no one's user name lands in a notebook."""
+    home = Path.home()
+    return f"~/{path.relative_to(home)}" if path.is_relative_to(home) else str(path)
+
+
 def calibration(device_type: str = "cpu", refresh: bool = False, path: Path | None = None) -> Calibration:
     """The cached calibration of this device if it was made here with this torch, else measured now and cached.
 
@@ -86,16 +92,16 @@ def calibration(device_type: str = "cpu", refresh: bool = False, path: Path | No
             saved = json.loads(path.read_text(encoding="utf-8"))
             if saved.get("key") == key:
                 cal = _from_json(saved["calibration"])
-                return replace(cal, source=f"calibrated {cal.created}, cached in {path}")
+                return replace(cal, source=f"calibrated {cal.created}, cached in {shown(path)}")
             why = f"it was made for {_difference(saved.get('key') or {}, key)}"
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
             why = f"it is unreadable ({type(error).__name__}: {error})"
-        print(f"note: the step-time calibration {path}: {why}; measuring it again", file=sys.stderr)
+        print(f"note: the step-time calibration {shown(path)}: {why}; measuring it again", file=sys.stderr)
     t0 = time.perf_counter()
     cal = measure(torch.device(device_type))
     took = time.perf_counter() - t0
     save(path, cal, device_type, took)
-    return replace(cal, source=f"measured now in {took:.0f} s, cached in {path}")
+    return replace(cal, source=f"measured now in {took:.0f} s, cached in {shown(path)}")
 
 
 def save(path: Path, cal: Calibration, device_type: str = "cpu", seconds: float = 0.0) -> None:
