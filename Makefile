@@ -62,6 +62,7 @@ test: setup lint
 chapters: setup
 	$(PY) scripts/make_chapters.py
 	$(PY) scripts/slide_metadata.py
+	$(PY) scripts/make_exercises.py
 
 lab: setup
 	$(VENV)/bin/jupyter lab chapters/
