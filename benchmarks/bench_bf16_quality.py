@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.benchlib import Check, Section, main_for, table, token_data
+from benchmarks.benchlib import Check, Section, main_for, quiet_run, table, token_data
 from minigpt.data import TokenData
-from minigpt.train import TrainConfig, train
+from minigpt.train import train
 
 PRECISIONS = ("fp32", "bf16")
 RUN_SEEDS = (0, 1, 2)
@@ -31,20 +31,7 @@ SIZES = {
 
 def final_val_loss(size: dict, precision: str, seed: int, data: TokenData, device: torch.device) -> float:
     """The val loss train() reports at the end of one run."""
-    cfg = TrainConfig(
-        preset=size["preset"],
-        batch=size["batch"],
-        ctx=size["ctx"],
-        steps=size["steps"],
-        eval_batches=size["eval_batches"],
-        precision=precision,
-        seed=seed,
-        device=str(device),
-        sample_tokens=0,
-        verbose=False,
-        progress=False,
-        out=None,
-    )
+    cfg = quiet_run(size, device, precision=precision, seed=seed)
     return float(train(cfg, data).summary()["final_val_loss"])
 
 

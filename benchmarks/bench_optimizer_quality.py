@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.benchlib import Check, Section, main_for, pyplot, save_figure, table, token_data
+from benchmarks.benchlib import Check, Section, main_for, pyplot, quiet_run, save_figure, table, token_data
 from minigpt.data import TokenData
-from minigpt.train import TrainConfig, train
+from minigpt.train import train
 
 MAX_GAP = 0.03  # nats: |mean val loss of AdamW8bit - mean val loss of AdamW|
 OPTIMIZERS = ("adamw", "adamw8bit")
@@ -36,19 +36,7 @@ def final_val_losses(size: dict, data: TokenData, device: torch.device) -> dict[
     losses: dict[str, list[float]] = {name: [] for name in OPTIMIZERS}
     for seed in size["seeds"]:
         for name in OPTIMIZERS:
-            cfg = TrainConfig(
-                preset=size["preset"],
-                batch=size["batch"],
-                ctx=size["ctx"],
-                steps=size["steps"],
-                eval_batches=size["eval_batches"],
-                optimizer=name,
-                seed=seed,
-                device=str(device),
-                sample_tokens=0,
-                progress=False,
-                verbose=False,
-            )
+            cfg = quiet_run(size, device, optimizer=name, seed=seed)
             losses[name].append(train(cfg, data=data).val_history[-1][1])
             print(f"seed {seed} {name}: val loss {losses[name][-1]:.4f}", flush=True)
     return losses

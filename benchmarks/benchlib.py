@@ -245,6 +245,12 @@ def size_for(sizes: dict, device: torch.device, quick: bool) -> dict:
     return sizes["cuda"] if device.type == "cuda" and not quick and "cuda" in sizes else sizes[quick]
 
 
+def quiet_run(size: dict, device: torch.device, **fields) -> TrainConfig:
+    """A train() config at a benchmark's size (preset, batch, ctx, steps, eval_batches): no output, no samples."""
+    shape = {k: size[k] for k in ("preset", "batch", "ctx", "steps", "eval_batches")}
+    return TrainConfig(**shape, device=str(device), sample_tokens=0, verbose=False, progress=False, **fields)
+
+
 def token_data(quick: bool) -> TokenData:
     """The built-in corpus (tokenized once, cached); in quick mode random tokens (speed and memory
     do not depend on which tokens a batch holds)."""
