@@ -55,10 +55,12 @@ test: setup lint
 	OMP_NUM_THREADS=1 $(PY) -m pytest --nbval chapters/ solutions/ -q -p no:cacheprovider
 
 # Chapters are written as MyST markdown (chapters/NN_name.md); this runs each one in a fresh kernel and stores
-# the outputs in its .ipynb, then runs every solution notebook the same way (about 2 min on 2 cores).
-# Edit the .md, never the .ipynb's cells: tests/test_chapters.py checks they agree.
+# the outputs in its .ipynb, then runs every solution notebook the same way (6.5 min on a 2-core AMD EPYC).
+# Edit the .md, never the .ipynb's cells: tests/test_chapters.py checks they agree, and names every notebook
+# run before a change to a package file it imported (re-run those: scripts/make_chapters.py NN).
 # Then it lays every chapter out as lecture slides from its fresh outputs: scripts/slide_metadata.py sets each
-# cell's slideshow metadata from rules in the .md and the .ipynb (tests/test_slides.py checks it).
+# cell's slideshow metadata from rules in the .md and the .ipynb (tests/test_slides.py checks it); and the
+# exercise notebooks are generated again from the solution notebooks (scripts/make_exercises.py).
 chapters: setup
 	$(PY) scripts/make_chapters.py
 	$(PY) scripts/slide_metadata.py
