@@ -38,8 +38,14 @@ from minigpt.model import ModelConfig, count_params
 from minigpt.precision import precision_problem, probe_precision
 from minigpt.quantize import dequantize, quantize
 from minigpt.step import StepState, build_step_state, forward_backward, new_offloader, optimizer_step, train_step
-from minigpt.step_time import Calibration, elementwise_values_per_token, forward_flops_per_token, step_seconds
-from minigpt.timing import clock
+from minigpt.step_time import (
+    Calibration,
+    elementwise_values_per_token,
+    forward_flops_per_token,
+    part_seconds,
+    step_seconds,
+)
+from minigpt.timing import interleaved_seconds
 
 CALIBRATION_VERSION = 4  # bump when what is measured changes: older caches are measured again
 PRECISIONS = ("fp32", "bf16", "fp16", "bf16-pure")
@@ -130,14 +136,6 @@ def _from_json(saved: dict) -> Calibration:
 # The measurement
 
 
-def _timed(run: Callable[[], object], device: torch.device) -> float:
-    """Seconds of one call by minigpt.timing's clock: this process's CPU time on a CPU (other programs do not
-    inflate it), the wall clock after the queued work on a GPU."""
-    t0 = clock(device)
-    run()
-    return clock(device) - t0
-
-
 def _median(times: list[float], spread: dict, name: str) -> float:
     """The median of the rounds; their (max - min) / median goes into `spread` under `name`."""
     med = statistics.median(times)
@@ -221,13 +219,9 @@ def measure(device: torch.device, rounds: int = ROUNDS) -> Calibration:
     runs["fp32 offload narrow"] = _forward_backward(state, xy, "fp32", device)
     runs["offload"] = offload_round_trip(device, OFFLOAD_BYTES)  # the bytes alone: the least offloading adds
 
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    names = list(runs)
-    for r in range(rounds + 1):  # round 0 warms up: kernels chosen, caches and AdamW's state made
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            seconds = _timed(runs[name], device)
-            if r > 0:
-                times[name].append(seconds)
+    # timing.clock: this process's CPU time on a CPU (other programs do not inflate it), the wall clock after the
+    # queued work on a GPU; the warm-up round chooses kernels and makes caches and AdamW's state
+    times = interleaved_seconds(runs, rounds, device)
     spread: dict[str, float] = {}
     t = {name: _median(ts, spread, name) for name, ts in times.items()}
     return _solve(t, spread, supported, params, device.type)
@@ -293,10 +287,8 @@ def _solve(t: dict, spread: dict, supported: list[str], params: dict[str, int], 
 def _forward_seconds(model: ModelConfig, rates: tuple[float, float, float]) -> dict[str, float]:
     """The forward alone of each part (the blocks, the head) of `model` at CTX tokens: a third of forward +
     backward at these rates."""
-    per_flop, per_value, per_layer = rates
-    flops, values = forward_flops_per_token(model, CTX), elementwise_values_per_token(model)
-    layers = {"blocks": model.n_layer, "head": 1}
-    return {k: (CTX * (3 * flops[k] * per_flop + values[k] * per_value) + layers[k] * per_layer) / 3 for k in layers}
+    matmuls, rest = part_seconds(model, CTX, CTX, rates)
+    return {k: (matmuls[k] + rest[k]) / 3 for k in matmuls}
 
 
 def _recompute(t: dict, mode: str, rates: tuple[float, float, float]) -> tuple[float, float]:

@@ -151,13 +151,17 @@ class DeviceInfo:
         return f"{line} ({self.note})" if self.note else line
 
 
+def cuda_index(device: torch.device) -> int:
+    """The GPU a CUDA device names: its index, or for a bare `cuda` the current GPU (torch's meaning of it)."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def device_info(device: torch.device | str | None = None) -> DeviceInfo:
     """Describe `device` (default: the one pick_device() chooses), probing fp16 autocast and bf16 on it."""
     device = pick_device(device) if device is None or isinstance(device, str) else device
     fp16_ok = precision_problem(probe_precision(device, "fp16")) is None
     if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        device = torch.device("cuda", index)
+        device = torch.device("cuda", cuda_index(device))
         bf16 = _cuda_native_bf16(device)
         return DeviceInfo(
             type="cuda",

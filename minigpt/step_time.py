@@ -65,8 +65,7 @@ class Calibration:
     an int8 or nf4 base, as a LoRA step on it takes them. offload: bytes per second of a round trip out and
     back, as a step with --offload-activations moves them, and offload_per_layer: what such a step costs more
     per block whatever it moves (the offloader's file or copy per saved tensor). lora_per_layer: what the
-    adapters' own ops cost per
-    block. spread: each timing's (max - min) / median.
+    adapters' own ops cost per block. spread: each timing's (max - min) / median.
     """
 
     compute: dict[str, tuple[float, float, float]]
@@ -93,6 +92,19 @@ class Calibration:
         return f"{self.source} (timings spread up to {self.worst_spread:.0%})"
 
 
+def part_seconds(
+    cfg: ModelConfig, tokens: int, ctx: int, rates: tuple[float, float, float]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Forward + backward of each part (the blocks, the head) at (seconds per FLOP, per value, per layer): its
+    matmuls (3 forward FLOPs a token), and the rest (elementwise values, and a launch cost per layer)."""
+    per_flop, per_value, per_layer = rates
+    flops, values = forward_flops_per_token(cfg, ctx), elementwise_values_per_token(cfg)
+    layers = {"blocks": cfg.n_layer, "head": 1}
+    matmuls = {k: tokens * 3 * flops[k] * per_flop for k in layers}
+    rest = {k: tokens * values[k] * per_value + layers[k] * per_layer for k in layers}
+    return matmuls, rest
+
+
 def step_seconds(
     cfg: ModelConfig,
     tokens: int,
@@ -115,13 +127,8 @@ def step_seconds(
     elementwise work stays), the adapters add their ops to each block, and an int8 or nf4 base is unpacked in
     the forward and again in the backward; `trained_params` (default: all) are stepped.
     """
-    per_flop, per_value, per_layer = cal.compute[precision]
-    flops, values = forward_flops_per_token(cfg, ctx), elementwise_values_per_token(cfg)
-    layers = {"blocks": cfg.n_layer, "head": 1}
-    # forward + backward of each part (its forward alone is a third of it): the matmuls, and the rest
-    matmuls = {k: tokens * 3 * flops[k] * per_flop for k in layers}
-    rest = {k: tokens * values[k] * per_value + layers[k] * per_layer for k in layers}
-    part = {k: matmuls[k] + rest[k] for k in layers}
+    matmuls, rest = part_seconds(cfg, tokens, ctx, cal.compute[precision])
+    part = {k: matmuls[k] + rest[k] for k in matmuls}  # forward + backward of each part: its forward is a third
     passes = 2 if lora_base else 3  # forward, input gradients, and weight gradients unless the weights are frozen
     compute = passes / 3 * sum(matmuls.values()) + sum(rest.values())
     if lora_base:

@@ -272,6 +272,7 @@ def check_find_max_batch_size(device: torch.device, s: Sizes, out: Path) -> dict
     """find_max_batch_size against a real CUDA out-of-memory (a capped allocator), and the memory freed after."""
     from minigpt import memory
     from minigpt.batch_search import find_max_batch_size
+    from minigpt.device import cuda_index
     from minigpt.model import get_config
 
     cfg, ctx, precision = get_config(s.preset), s.ctx, s.precision
@@ -284,8 +285,7 @@ def check_find_max_batch_size(device: torch.device, s: Sizes, out: Path) -> dict
         torch.cuda.empty_cache()
         before = torch.cuda.memory_allocated(device)
         total = torch.cuda.get_device_properties(device).total_memory
-        # set_per_process_memory_fraction wants an index: a bare `cuda` is the current GPU
-        index = torch.cuda.current_device() if device.index is None else device.index
+        index = cuda_index(device)  # set_per_process_memory_fraction wants an index, not a bare `cuda`
         torch.cuda.set_per_process_memory_fraction(cap / total, index)  # past it the allocator raises OOM
         try:
             found = find_max_batch_size(cfg, ctx, precision, device=device, high=high, trace=trace)

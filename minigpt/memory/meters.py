@@ -24,6 +24,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from minigpt.device import cuda_index
 from minigpt.quantize import is_unpacking
 
 
@@ -221,9 +222,7 @@ class AllocatorMeter:
     def __init__(self, device: torch.device) -> None:
         self.device_type = {"cpu": "CPU", "cuda": "CUDA"}.get(device.type)
         # the one GPU counted (a bare "cuda" is the current one): the profiler records every GPU of the process
-        self.device_index = None
-        if device.type == "cuda":
-            self.device_index = device.index if device.index is not None else torch.cuda.current_device()
+        self.device_index = cuda_index(device) if device.type == "cuda" else None
         self._profiler = None
         self._quiet = without_profiler_log_lines()
 

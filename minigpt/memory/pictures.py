@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from minigpt import step
+from minigpt.device import cuda_index
 from minigpt.memory.measure import prepare_step
 from minigpt.memory.meters import without_profiler_log_lines
 from minigpt.model import ModelConfig
@@ -125,8 +126,7 @@ def memory_timeline(
     with without_profiler_log_lines():
         _run_steps(model_cfg, batch, ctx, precision, checkpointing, master_weights, device, seed, steps, profiler)
     path.parent.mkdir(parents=True, exist_ok=True)
-    index = device.index if device.index is not None else torch.cuda.current_device() if device.type == "cuda" else 0
-    where = f"cuda:{index}" if device.type == "cuda" else device.type
+    where = f"cuda:{cuda_index(device)}" if device.type == "cuda" else device.type
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # deprecated in favour of CUDA snapshots
