@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -53,22 +53,8 @@ WARMUP, STEPS = 1, 3
 
 def train_config(preset: str, batch: int, ctx: int, levers: Levers) -> TrainConfig:
     """The TrainConfig that runs these levers, as `minigpt train` would with the plan's flags."""
-    lora = dict(lora_rank=levers.lora_rank, base_dtype=levers.base_dtype) if levers.lora_rank else {}
-    return TrainConfig(
-        preset=preset,
-        batch=batch,
-        ctx=ctx,
-        precision=levers.precision,
-        master_weights=levers.master_weights,
-        optimizer=levers.optimizer,
-        optimizer_in_backward=levers.optimizer_in_backward,
-        grad_clip=0.0 if levers.optimizer_in_backward else 1.0,
-        checkpointing=levers.checkpointing,
-        loss_chunks=levers.loss_chunks,
-        offload_activations=levers.offload_activations,
-        verbose=False,
-        **lora,
-    )
+    grad_clip = 0.0 if levers.optimizer_in_backward else 1.0  # as Levers.flags() turns clipping off
+    return TrainConfig(preset=preset, batch=batch, ctx=ctx, grad_clip=grad_clip, verbose=False, **asdict(levers))
 
 
 def measured_seconds(preset: str, batch: int, ctx: int, levers: Levers, device: torch.device, steps: int) -> list:
@@ -94,8 +80,7 @@ def predicted(preset: str, batch: int, ctx: int, levers: Levers, device: torch.d
 
 def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = None) -> Section:
     t_start = time.perf_counter()
-    t0 = time.perf_counter()
-    cal = replace(measure(device), source=f"measured at the start of this run in {time.perf_counter() - t0:.0f} s")
+    cal = replace(measure(device), source=f"measured at the start of this run in {time.perf_counter() - t_start:.0f} s")
     size, steps = SIZES[quick], STEPS
     rows, errors = [], []
     for preset, batch, ctx in size["grid"]:
