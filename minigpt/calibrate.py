@@ -264,9 +264,12 @@ def _solve(t: dict, spread: dict, supported: list[str], params: dict[str, int], 
     # third of a forward + backward)
     forward = _forward_seconds(WIDE, compute["fp32"])
     recompute = {m: _recompute(t, m, compute["fp32"]) for m in CHECKPOINTS}
+    adamw8bit = (t["adamw8bit optimizer"] - fixed) / wide
+    if adamw8bit <= 0.0:  # the noise made the 8-bit step look cheaper than the fixed part: all of it per parameter
+        adamw8bit = t["adamw8bit optimizer"] / wide
     cal = Calibration(
         compute=compute,
-        optimizer={"adamw": adamw, "adamw8bit": max(0.0, t["adamw8bit optimizer"] - fixed) / wide},
+        optimizer={"adamw": adamw, "adamw8bit": adamw8bit},
         optimizer_extra={p: max(0.0, per_param[p] - adamw) for p in supported},
         recompute={"none": 0.0} | {m: share for m, (share, _) in recompute.items()},
         recompute_per_layer={m: per_layer for m, (_, per_layer) in recompute.items()},
