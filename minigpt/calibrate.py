@@ -256,8 +256,8 @@ def _solve(t: dict, spread: dict, supported: list[str], params: dict[str, int], 
     wide, narrow = params["fp32"], params["fp32 narrow"]
     adamw = max(0.0, (t["fp32 optimizer"] - t["fp32 optimizer narrow"]) / (wide - narrow))
     fixed = max(0.0, t["fp32 optimizer"] - adamw * wide)
-    if fixed == 0.0:  # the noise made the larger step the cheaper per parameter: all of it per parameter
-        adamw = t["fp32 optimizer"] / wide
+    if adamw == 0.0 or fixed == 0.0:  # the noise hid one of the two parts: count all of the step per parameter
+        adamw, fixed = t["fp32 optimizer"] / wide, 0.0
     per_param = {p: max(0.0, t[f"{p} optimizer"] - fixed) / params[p] for p in supported}
     around = max(0.0, t["fp32 train_step"] - t["fp32 1"] - t["fp32 optimizer"])  # train_step beyond its parts
     # each lever's extra time as a share of the forward of the part it redoes, from the fp32 rates (a forward is a

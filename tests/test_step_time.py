@@ -214,6 +214,23 @@ def test_the_calibration_gives_back_the_costs_of_a_machine_made_of_them():
     assert cal.unpack == pytest.approx(truth.unpack, rel=1e-6)
 
 
+@pytest.mark.parametrize("noise", ["wide step faster than narrow", "narrow step free", "8-bit step faster"])
+def test_noisy_optimizer_timings_never_give_a_zero_rate(noise):
+    """One round on a busy machine can time the larger AdamW step as the cheaper one, or the smaller as
+    free, or the 8-bit step under the fixed part: every optimizer rate must still be positive (the step's
+    time is then counted all per parameter), never 0 (which would plan the step as free)."""
+    t, params = _timings_of(replace(TINY, compute={"fp32": (1e-11, 1e-9, 1e-3)}))
+    if noise == "wide step faster than narrow":
+        t["fp32 optimizer"] = 0.5 * t["fp32 optimizer narrow"]
+    elif noise == "narrow step free":
+        t["fp32 optimizer narrow"] = 0.0
+    else:
+        t["adamw8bit optimizer"] = 0.1 * t["fp32 optimizer"]
+    cal = calibrate._solve(t, {}, ["fp32"], params, "cpu")
+    assert cal.optimizer["adamw"] > 0 and cal.optimizer["adamw8bit"] > 0
+    assert cal.optimizer["adamw"] * params["fp32"] <= t["fp32 optimizer"] * (1 + 1e-9)  # never more than timed
+
+
 def test_a_step_costs_its_fixed_part_and_its_levers_per_block():
     cfg = get_config("10m")
     n = count_params(cfg)
