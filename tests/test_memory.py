@@ -104,6 +104,19 @@ def test_dropout_adds_what_the_formula_says(precision, mode):
     assert added > 0 and rel_error(pred_added, added) <= ACTIVATION_TOLERANCE
 
 
+@pytest.mark.parametrize("lora", [False, True], ids=["full training", "LoRA"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("batch", [1, 2])
+def test_the_attention_math_path_is_predicted_to_the_byte_at_any_batch(batch, precision, lora):
+    """CPU attention with dropout: at a batch of 1 in fp32 its reshape of v is a view, so v's view keeps all of qkv's
+    output (3C) instead of a copy of v (C); in 16 bits q, k, v are fp32 copies at any batch. Both estimators."""
+    cfg = get_config("tiny", dropout=0.1)
+    kw = dict(lora_rank=4, lora_targets="all", train_embedding=True) if lora else {}
+    meas = memory.measure(cfg, batch, 32, precision, "none", **kw)
+    pred = memory.estimate(cfg, batch, 32, precision, "none", device="cpu", **kw)
+    assert pred.activations == meas.activations
+
+
 def test_dropout_masks_on_cuda_are_one_byte_per_value():
     """CUDA's fused dropout keeps a bool mask; its fused attention keeps a seed and an offset, not T x T."""
     batch, ctx = 2, 128

@@ -21,11 +21,12 @@ from minigpt.model import ModelConfig
 from minigpt.recompute import sqrt_segments
 
 
-def _block_rows(cfg: ModelConfig, ctx: int, w: Widths, device: str) -> list[tuple[str, int, int]]:
+def _block_rows(cfg: ModelConfig, batch: int, ctx: int, w: Widths, device: str) -> list[tuple[str, int, int]]:
     """(tensor, bytes per token, fixed bytes) of each tensor ONE block saves, without checkpointing.
 
     Read it next to model.Block. C = n_embd, H = mlp_hidden, a = compute bytes. Tensors that views
-    share are one storage, counted once; parameters and buffers are not activations.
+    share are one storage, counted once; parameters and buffers are not activations. The batch matters
+    only to CPU attention with dropout in fp32 (math_path_qkv_rows).
     """
     C, H, T, nh, hd, a = cfg.n_embd, cfg.mlp_hidden, ctx, cfg.n_head, cfg.head_dim, w.compute
     copy = ", cast by autocast" if w.autocast else ""
@@ -41,8 +42,8 @@ def _block_rows(cfg: ModelConfig, ctx: int, w: Widths, device: str) -> list[tupl
     if cfg.dropout > 0 and device != "cuda":
         # With dropout, CPU attention has no fused kernel: the math path upcasts q, k, v to fp32 and
         # stores the T x T probabilities, the dropout mask and the dropped probabilities.
+        rows += math_path_qkv_rows(C, batch, w)
         rows += [
-            ("attention (math path): q, k, v as fp32 copies", 12 * C, 0),
             ("attention (math path): softmax probabilities, T per head", 4 * nh * T, 0),
             ("attention (math path): dropout mask, T per head", 4 * nh * T, 0),
             ("attention (math path): probabilities after dropout", 4 * nh * T, 0),
@@ -80,6 +81,22 @@ def _block_rows(cfg: ModelConfig, ctx: int, w: Widths, device: str) -> list[tupl
     if cfg.dropout > 0:
         rows.append(("MLP dropout mask", mask_bytes(a, device) * C, 0))
     return rows
+
+
+def math_path_qkv_rows(C: int, batch: int, w: Widths) -> list[tuple[str, int, int]]:
+    """The q, k and v that CPU attention's math path (taken with dropout) saves, as rows.
+
+    It multiplies (batch * heads, T, head_dim) matrices. In 16 bits it first upcasts q, k, v to fp32: three new
+    tensors. In fp32 the upcast is no copy: q and k are RoPE's outputs, and v, a view of qkv's output, is copied
+    by the reshape to batch * heads matrices, except at a batch of 1, where that reshape is still a view: v's
+    view is saved and keeps all of qkv's output (3C) alive.
+    """
+    if w.compute == 4 and batch == 1:
+        return [
+            ("attention (math path): q and k (RoPE's outputs), fp32", 8 * C, 0),
+            ("attention (math path): qkv output (3C), kept by v's view (a batch of 1)", 12 * C, 0),
+        ]
+    return [("attention (math path): q, k, v as fp32 copies", 12 * C, 0)]
 
 
 def mask_bytes(value_bytes: int, device: str) -> int:
@@ -142,7 +159,7 @@ def activation_table(
     w, dev, mode = widths(precision), device_type(device), check_mode(checkpointing)
     L = model_cfg.n_layer
     if mode == "none":
-        groups = [("each block", L, _block_rows(model_cfg, ctx, w, dev))]
+        groups = [("each block", L, _block_rows(model_cfg, batch, ctx, w, dev))]
     elif mode == "full":
         kept = [("block input (kept by checkpoint)", w.residual * model_cfg.n_embd, 0)]
         groups = [("each block", L, kept)]
@@ -178,15 +195,15 @@ def layer_bytes_per_token(model_cfg: ModelConfig, precision: str = "fp32", devic
     (48 C + ... on CUDA, whose attention output needs no transposed copy).
 
     The RoPE tables autocast casts do not grow with tokens and are left out. With dropout on a CPU,
-    attention's T x T matrices are counted at the model's full ctx.
+    attention's T x T matrices are counted at the model's full ctx, and a batch larger than 1.
     """
-    rows = _block_rows(model_cfg, model_cfg.ctx, widths(precision), device_type(device))
+    rows = _block_rows(model_cfg, 2, model_cfg.ctx, widths(precision), device_type(device))
     return sum(per_token for _, per_token, _ in rows)
 
 
 def block_activation_bytes(cfg: ModelConfig, batch: int, ctx: int, w: Widths, device: str) -> int:
     """Bytes one block saves for backward without checkpointing (its rows of activation_table)."""
-    return sum(p * batch * ctx + f for _, p, f in _block_rows(cfg, ctx, w, device))
+    return sum(p * batch * ctx + f for _, p, f in _block_rows(cfg, batch, ctx, w, device))
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -123,7 +123,7 @@ def _backward_through_blocks(
 
     def rows(block: int, on_device: bool = False) -> int:  # what the block keeps without checkpointing
         input_grad = emb or block > 0
-        kept_rows = _block_rows(cfg, ctx, w, rank, names, device, input_grad, norms)
+        kept_rows = _block_rows(cfg, batch, ctx, w, rank, names, device, input_grad, norms)
         moved = [on_device and lora.get("offload") and is_offloaded(*r, tokens, mode, device) for r in kept_rows]
         return sum(p * tokens + f for (_, p, f), gone in zip(kept_rows, moved) if not gone)
 

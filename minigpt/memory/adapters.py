@@ -15,7 +15,7 @@ again in the backward, one layer at a time (they show as weight_copies).
 from __future__ import annotations
 
 from minigpt.lora import parse_targets
-from minigpt.memory.activations import mask_bytes, selective_rows
+from minigpt.memory.activations import mask_bytes, math_path_qkv_rows, selective_rows
 from minigpt.memory.breakdown import Widths, device_type
 from minigpt.memory.loss_head import loss_head_rows
 from minigpt.model import ModelConfig
@@ -122,8 +122,8 @@ def lora_activation_rows(
     names, dev = parse_targets(targets), device_type(device)
     norms = dict(train_norms=train_norms)
     if mode == "none":
-        first = _block_rows(cfg, ctx, w, rank, names, dev, input_grad=train_embedding, **norms)
-        later = _block_rows(cfg, ctx, w, rank, names, dev, input_grad=True, **norms)
+        first = _block_rows(cfg, batch, ctx, w, rank, names, dev, input_grad=train_embedding, **norms)
+        later = _block_rows(cfg, batch, ctx, w, rank, names, dev, input_grad=True, **norms)
         groups = [("first block", 1, first), ("each later block", cfg.n_layer - 1, later)]
     elif mode == "selective":
         groups = [("each block", cfg.n_layer, lora_selective_rows(cfg, ctx, w, rank, names, dev))]
@@ -190,6 +190,7 @@ def _input_grads(names: tuple[str, ...], input_grad: bool, train_norms: bool) ->
 
 def _block_rows(
     cfg: ModelConfig,
+    batch: int,
     ctx: int,
     w: Widths,
     rank: int,
@@ -213,8 +214,8 @@ def _block_rows(
     if "qkv" in names:
         rows += _adapter_rows("qkv", f"attn_norm's output{cast}", a * C, w, rank)
     if attention and cfg.dropout > 0 and device != "cuda":  # CPU attention with dropout: the math path
+        rows += math_path_qkv_rows(C, batch, w)
         rows += [
-            ("attention (math path): q, k, v as fp32 copies", 12 * C, 0),
             ("attention (math path): softmax probabilities, T per head", 4 * nh * ctx, 0),
             ("attention (math path): dropout mask, T per head", 4 * nh * ctx, 0),
             ("attention (math path): probabilities after dropout", 4 * nh * ctx, 0),

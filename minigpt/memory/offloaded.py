@@ -15,6 +15,7 @@ _PIECES = {
     "RoPE cos/sin cast to 16 bits": 4,
     "gate and up input: mlp_norm's output, cast twice": 2,
     "attention (math path): q, k, v as fp32 copies": 3,
+    "attention (math path): q and k": 2,
 }
 
 
