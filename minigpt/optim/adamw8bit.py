@@ -24,9 +24,9 @@ optimizer step the memory the codes saved).
 The fused pass (AdamW8bit(compile=True), which --compile turns on). Eagerly, a chunk's update is some twenty
 passes over fp32 tensors: decode m and v, update them and the weight, encode them again. fused_update_ writes the
 same formulas as one function of a chunk viewed as [blocks, BLOCK]; torch.compile (inductor, C++ on a CPU) turns
-it into two loops over the chunk's blocks, each split over the cores: the first takes each block's largest |m| and largest v (the new
-scales, recomputing m and v from their codes and the gradient), the second updates m, v and the weight and writes
-both moments' codes (see INDUCTOR_OPTIONS: no fp32 buffer as long as the chunk between them). Much of the loops'
+it into two loops over the chunk's blocks, each split over the cores: the first takes each block's largest |m| and
+largest v (the new scales, recomputing m and v from their codes and the gradient), the second updates m, v and the
+weight and writes both moments' codes (see INDUCTOR_OPTIONS: no fp32 buffer as long as the chunk between them). Much of the loops'
 time goes to square roots and divisions (a CPU's divider takes several cycles for one vector of them, where it
 does several multiplications each cycle), so the pass is written to need few: three square roots and one division
 a value (sqrt(v) once, m's code, v's code from sqrt(v)) where the eager formulas take four square roots, and no
