@@ -21,21 +21,21 @@ scales would cost as much as they save. The update runs over CHUNK values at a t
 of m and v it works on are a few chunks, never a whole embedding matrix (which would bring back at the
 optimizer step the memory the codes saved).
 
-The fused pass (AdamW8bit(compile=True), which --compile turns on). Eagerly, a chunk's update is some twenty
-passes over fp32 tensors: decode m and v, update them and the weight, encode them again. fused_update_ writes the
-same formulas as one function of a chunk viewed as [blocks, BLOCK]; torch.compile (inductor, C++ on a CPU) turns
-it into two loops over the chunk's blocks, each split over the cores: the first takes each block's largest |m| and
-largest v (the new scales, recomputing m and v from their codes and the gradient), the second updates m, v and the
-weight and writes both moments' codes (see INDUCTOR_OPTIONS: no fp32 buffer as long as the chunk between them). Much of the loops'
-time goes to square roots and divisions (a CPU's divider takes several cycles for one vector of them, where it
-does several multiplications each cycle), so the pass is written to need few: three square roots and one division
+The fused pass (AdamW8bit(compile=True), which --compile turns on). Eagerly, a chunk's update is some twenty passes
+over fp32 tensors: decode m and v, update them and the weight, encode them again. fused_update_ writes the same
+formulas as one function of a chunk viewed as [blocks, BLOCK]; torch.compile (inductor, C++ on a CPU) turns it into
+two loops over the chunk's blocks, each split over the cores: the first takes each block's largest |m| and largest v
+(the new scales, recomputing m and v from their codes and the gradient), the second updates m, v and the weight and
+writes both moments' codes (see INDUCTOR_OPTIONS: no fp32 buffer as long as the chunk between them). Much of the
+loops' time goes to square roots and divisions (a CPU's divider takes several cycles for one vector of them, where
+it does several multiplications each cycle), so the pass is written to need few: three square roots and one division
 a value (sqrt(v) once, m's code, v's code from sqrt(v)) where the eager formulas take four square roots, and no
 division per vector by a block's scale (see fused_update_ and _decode for how). It compiles once per parameter
 dtype, at the first step (seconds; the number of blocks is a dynamic size and the hyperparameters a tensor, so no
-later step compiles again); a last block that is not whole, and tensors with fp32 moments, take the eager path.
-Its results are the eager path's within a few fp32 ulps, not bitwise (eager rounds differently: fused
-multiply-adds, divisions where the pass multiplies by a reciprocal, an inexact vectorized sqrt), and a code can
-then differ by one where its value lies on a rounding tie (tests/test_optim.py derives the tolerance).
+later step compiles again); a last block that is not whole, and tensors with fp32 moments, take the eager path. Its
+results are the eager path's within a few fp32 ulps, not bitwise (eager rounds differently: fused multiply-adds,
+divisions where the pass multiplies by a reciprocal, an inexact vectorized sqrt), and a code can then differ by one
+where its value lies on a rounding tie (tests/test_optim.py derives the tolerance).
 """
 
 from __future__ import annotations
