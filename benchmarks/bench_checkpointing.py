@@ -142,7 +142,8 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
             "median, the time ratio the median over turns of its step time over none's in the same turn "
             "(spread: of those ratios). Theory: time from the FLOP model of "
             "`minigpt.plan.relative_step_time` (full and sqrt recompute each block's forward once; selective "
-            "only elementwise work, assumed a fixed share), activations from `minigpt.memory.estimate()`.",
+            "only elementwise work, at minigpt.step_time.SELECTIVE_RECOMPUTE_SHARE of the blocks' forward, the share "
+            "this section's selective row measured), activations from `minigpt.memory.estimate()`.",
             table(
                 rows,
                 [
