@@ -281,11 +281,9 @@ def hyper_parameters(step: int, lr: float, betas: tuple[float, float], eps: floa
 # v (codes, scale, grad, two numbers) would be written as a chunk-long fp32 buffer by the loop that updates the
 # weight and read back by a third loop for v's codes. Above 5 it is recomputed where it is used instead: the block
 # maxima of m and v in a first loop, everything else in a second, no fp32 buffer (10-20% faster measured, and no
-# temporary as large as the chunk).
-# cpp.dynamic_threads: inductor decides whether a loop runs on all cores from the size of the first call it compiles
-# for, and keeps that choice in its on-disk cache; a first call on a few blocks (a small tensor, a test) made the
-# kernel single-threaded for every later process. With dynamic_threads the loops are always an OpenMP parallel
-# region, split over torch.get_num_threads() threads at run time (8.4M values on 2 cores: 11.4 ms -> 5.7 ms)
+# temporary as large as the chunk). cpp.dynamic_threads: always an OpenMP region over torch's threads (inductor
+# otherwise decides from its first call's size, and its disk cache kept a serial kernel made for a few blocks:
+# 8.4M values on 2 cores, 11.4 ms -> 5.7 ms)
 INDUCTOR_OPTIONS = {"realize_reads_threshold": 16, "cpp.dynamic_threads": True}
 
 
