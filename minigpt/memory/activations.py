@@ -26,7 +26,7 @@ def _block_rows(cfg: ModelConfig, batch: int, ctx: int, w: Widths, device: str) 
 
     Read it next to model.Block. C = n_embd, H = mlp_hidden, a = compute bytes. Tensors that views
     share are one storage, counted once; parameters and buffers are not activations. The batch matters
-    only to CPU attention with dropout in fp32 (math_path_qkv_rows).
+    only to CPU attention with dropout in fp32 (math_path_rows).
     """
     C, H, T, nh, hd, a = cfg.n_embd, cfg.mlp_hidden, ctx, cfg.n_head, cfg.head_dim, w.compute
     copy = ", cast by autocast" if w.autocast else ""
@@ -42,12 +42,7 @@ def _block_rows(cfg: ModelConfig, batch: int, ctx: int, w: Widths, device: str) 
     if cfg.dropout > 0 and device != "cuda":
         # With dropout, CPU attention has no fused kernel: the math path upcasts q, k, v to fp32 and
         # stores the T x T probabilities, the dropout mask and the dropped probabilities.
-        rows += math_path_qkv_rows(C, batch, w)
-        rows += [
-            ("attention (math path): softmax probabilities, T per head", 4 * nh * T, 0),
-            ("attention (math path): dropout mask, T per head", 4 * nh * T, 0),
-            ("attention (math path): probabilities after dropout", 4 * nh * T, 0),
-        ]
+        rows += math_path_rows(cfg, batch, ctx, w)
     else:
         rows += [
             ("qkv output (3C): v is a view of it, so all of it stays", 3 * a * C, 0),
@@ -83,20 +78,27 @@ def _block_rows(cfg: ModelConfig, batch: int, ctx: int, w: Widths, device: str) 
     return rows
 
 
-def math_path_qkv_rows(C: int, batch: int, w: Widths) -> list[tuple[str, int, int]]:
-    """The q, k and v that CPU attention's math path (taken with dropout) saves, as rows.
+def math_path_rows(cfg: ModelConfig, batch: int, ctx: int, w: Widths) -> list[tuple[str, int, int]]:
+    """What CPU attention's math path (taken with dropout) saves, as rows: q, k, v, then its T x T tensors.
 
     It multiplies (batch * heads, T, head_dim) matrices. In 16 bits it first upcasts q, k, v to fp32: three new
     tensors. In fp32 the upcast is no copy: q and k are RoPE's outputs, and v, a view of qkv's output, is copied
     by the reshape to batch * heads matrices, except at a batch of 1, where that reshape is still a view: v's
     view is saved and keeps all of qkv's output (3C) alive.
     """
+    C, T = cfg.n_embd, ctx
     if w.compute == 4 and batch == 1:
-        return [
+        qkv = [
             ("attention (math path): q and k (RoPE's outputs), fp32", 8 * C, 0),
             ("attention (math path): qkv output (3C), kept by v's view (a batch of 1)", 12 * C, 0),
         ]
-    return [("attention (math path): q, k, v as fp32 copies", 12 * C, 0)]
+    else:
+        qkv = [("attention (math path): q, k, v as fp32 copies", 12 * C, 0)]
+    return qkv + [
+        ("attention (math path): softmax probabilities, T per head", 4 * cfg.n_head * T, 0),
+        ("attention (math path): dropout mask, T per head", 4 * cfg.n_head * T, 0),
+        ("attention (math path): probabilities after dropout", 4 * cfg.n_head * T, 0),
+    ]
 
 
 def mask_bytes(value_bytes: int, device: str) -> int:

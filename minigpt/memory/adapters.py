@@ -15,7 +15,7 @@ again in the backward, one layer at a time (they show as weight_copies).
 from __future__ import annotations
 
 from minigpt.lora import parse_targets
-from minigpt.memory.activations import mask_bytes, math_path_qkv_rows, selective_rows
+from minigpt.memory.activations import mask_bytes, math_path_rows, selective_rows
 from minigpt.memory.breakdown import Widths, device_type
 from minigpt.memory.loss_head import loss_head_rows
 from minigpt.model import ModelConfig
@@ -214,12 +214,7 @@ def _block_rows(
     if "qkv" in names:
         rows += _adapter_rows("qkv", f"attn_norm's output{cast}", a * C, w, rank)
     if attention and cfg.dropout > 0 and device != "cuda":  # CPU attention with dropout: the math path
-        rows += math_path_qkv_rows(C, batch, w)
-        rows += [
-            ("attention (math path): softmax probabilities, T per head", 4 * nh * ctx, 0),
-            ("attention (math path): dropout mask, T per head", 4 * nh * ctx, 0),
-            ("attention (math path): probabilities after dropout", 4 * nh * ctx, 0),
-        ]
+        rows += math_path_rows(cfg, batch, ctx, w)
     elif attention:
         rows += [
             ("qkv output (3C): v is a view of it, so all of it stays", 3 * a * C, 0),
