@@ -282,8 +282,7 @@ def check_find_max_batch_size(device: torch.device, s: Sizes, out: Path) -> dict
     cap = (predicted(target) + predicted(target + 1)) // 2
     trace: list = []
     if device.type == "cuda":
-        torch.cuda.empty_cache()
-        before = torch.cuda.memory_allocated(device)
+        before = _allocated_without_workspaces(device)
         total = torch.cuda.get_device_properties(device).total_memory
         index = cuda_index(device)  # set_per_process_memory_fraction wants an index, not a bare `cuda`
         torch.cuda.set_per_process_memory_fraction(cap / total, index)  # past it the allocator raises OOM
@@ -291,21 +290,48 @@ def check_find_max_batch_size(device: torch.device, s: Sizes, out: Path) -> dict
             found = find_max_batch_size(cfg, ctx, precision, device=device, high=high, trace=trace)
         finally:
             torch.cuda.set_per_process_memory_fraction(1.0, index)
-        after = torch.cuda.memory_allocated(device)
+        after = _allocated_without_workspaces(device)
     else:
         before = after = 0
         found = find_max_batch_size(cfg, ctx, precision, device=device, budget_bytes=cap, high=high, trace=trace)
     out_of_memory = sum(1 for _, fits, peak in trace if not fits and peak is None)
     freed = condition("memory freed after the search", after <= before, f"{after - before:+,} bytes", "batch_search.py")
-    if device.type == "cuda":  # the allocator caps what it reserves, not what is allocated: within PEAK_TOLERANCE
-        ok = predicted(found) <= cap * (1 + PEAK_TOLERANCE) and predicted(found + 1) >= cap * (1 - PEAK_TOLERANCE)
-        source = "tests/test_memory.py PEAK_TOLERANCE: the predicted peaks of the batch found and the next"
-        rows = [condition(f"batch found {found} (predicted {target})", ok, found, source), freed]
-        rows.append(condition("a try ran out of memory", out_of_memory > 0, out_of_memory, "batch_search.py"))
+    if device.type == "cuda":
+        # The cap limits what the allocator reserves, which is more than the tensors it hands out (its blocks are
+        # rounded up and split): so the batch found sits below the one the prediction alone puts at the cap
+        # (`target`). What is exact: the batch found ran and the next one ran out of memory; and the prediction
+        # for the batch found matches the peak measured when it ran, within PEAK_TOLERANCE.
+        tried = {batch: (fits, peak) for batch, fits, peak in trace}
+        edge = tried.get(found, (False, None))[0] and (found == high or tried.get(found + 1, (True, 0))[0] is False)
+        source = "batch_search.py: the largest batch that runs"
+        rows = [condition(f"batch {found} ran, batch {found + 1} ran out of memory", edge, found, source)]
+        measured_peak = tried.get(found, (False, None))[1]
+        if measured_peak:
+            src = "tests/test_memory.py PEAK_TOLERANCE"
+            rows.append(compare(f"peak of batch {found}", predicted(found), measured_peak, PEAK_TOLERANCE, src))
+        under = predicted(found) <= cap
+        rows.append(condition(f"predicted peak of batch {found} under the cap", under, cap, "memory.py"))
+        # and not far below it: what the next batch would add is within PEAK_TOLERANCE (the prediction) plus as
+        # much again (the allocator's rounding of what it reserves) of the cap
+        near = predicted(found + 1) >= cap * (1 - 2 * PEAK_TOLERANCE)
+        gap = f"{(cap - predicted(found + 1)) / cap:+.1%} of the cap"
+        rows.append(condition(f"predicted peak of batch {found + 1} near the cap", near, gap, "2 x PEAK_TOLERANCE"))
+        rows += [freed, condition("a try ran out of memory", out_of_memory > 0, out_of_memory, "batch_search.py")]
     else:
         rows = [compare("batch found", target, max(found, 1), 0.0, "tests/test_batch_search.py (exact)"), freed]
-    figures = {"cap_bytes": cap, "found": found, "trace": trace, "allocated_before": before, "allocated_after": after}
+    figures = {"cap_bytes": cap, "target": target, "found": found, "trace": trace, "allocated_before": before}
+    figures["allocated_after"] = after
     return {"figures": figures, "rows": rows, "note": f"{s.preset} ctx {ctx} {precision}, cap {cap / 2**20:,.0f} MiB"}
+
+
+def _allocated_without_workspaces(device: torch.device) -> int:
+    """Bytes of live tensors, leaving out cuBLAS's workspaces: one per thread that ran a matmul (the backward
+    runs on a thread of its own), kept by the caching allocator for the process's life: not a leak of the search."""
+    torch.cuda.synchronize(device)
+    if hasattr(torch._C, "_cuda_clearCublasWorkspaces"):
+        torch._C._cuda_clearCublasWorkspaces()
+    torch.cuda.empty_cache()
+    return torch.cuda.memory_allocated(device)
 
 
 def check_fp16_gradscaler(device: torch.device, s: Sizes, out: Path) -> dict:
