@@ -28,9 +28,19 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def torchrun(*args: str, cwd: Path = ROOT) -> subprocess.Popen:
+def torchrun(*args: str, cwd: Path = ROOT, dump_stacks: Path | None = None) -> subprocess.Popen:
+    """torchrun with 2 processes; dump_stacks: a folder for a sitecustomize.py that makes each process print every
+    thread's stack on SIGUSR1 (what a test that finds them stuck reports)."""
     command = [str(TORCHRUN), "--nproc_per_node", "2", *args]
-    return subprocess.Popen(command, env=ENV, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = ENV
+    if dump_stacks:
+        site = dump_stacks / "site"
+        site.mkdir()
+        (site / "sitecustomize.py").write_text(
+            "import faulthandler, signal\nfaulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+        )
+        env = {**ENV, "PYTHONPATH": f"{site}{os.pathsep}{ROOT}"}
+    return subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_json_under_torchrun_is_exactly_one_object_from_process_0():
@@ -44,19 +54,31 @@ def test_json_under_torchrun_is_exactly_one_object_from_process_0():
 
 def test_an_interrupted_torchrun_says_once_how_to_resume_with_torchrun(tmp_path):
     run = tmp_path / "run"
-    proc = torchrun("-m", "minigpt", *TINY, "--steps", "5000", "--out", str(run), cwd=tmp_path)
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and proc.poll() is None:
-        if (run / "log.jsonl").exists() and len((run / "log.jsonl").read_text().splitlines()) >= 3:
-            break
+    proc = torchrun("-m", "minigpt", *TINY, "--steps", "5000", "--out", str(run), cwd=tmp_path, dump_stacks=tmp_path)
+    started, lines = time.monotonic(), 0
+    while time.monotonic() < started + 240 and proc.poll() is None and lines < 3:
+        lines = len((run / "log.jsonl").read_text().splitlines()) if (run / "log.jsonl").exists() else 0
         time.sleep(0.05)
+    waited = time.monotonic() - started
     proc.send_signal(signal.SIGTERM)  # torchrun passes it on to both processes: they stop after the step, save
-    _, err = proc.communicate(timeout=1200)
+    try:  # torchrun gives its processes 30 s before it kills them: a stack dump at 20 s says where they were
+        _, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        for worker in children(proc.pid):
+            os.kill(worker, signal.SIGUSR1)
+        _, err = proc.communicate(timeout=1200)
     hints = [line for line in err.splitlines() if line.startswith("interrupted at step")]
-    assert len(hints) == 1, err[-3000:]
+    seen = f"SIGTERM after {waited:.1f} s at {lines} log lines; stderr:\n{err[:6000]}\n...\n{err[-3000:]}"
+    assert len(hints) == 1, seen
     command = hints[0].split("resume with: ", 1)[1]
     assert command.startswith("torchrun --nproc_per_node 2 -m minigpt train --preset tiny")
     assert shlex.split(command).count("--resume") == 1 and (run / "checkpoint.pt").exists()
+
+
+def children(pid: int) -> list[int]:
+    """The processes `pid` started (Linux's /proc; elsewhere none)."""
+    found = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(c) for c in found.read_text().split()] if found.exists() else []
 
 
 def test_a_failing_process_ends_the_run_with_one_minigpt_line():
