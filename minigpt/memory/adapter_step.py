@@ -11,7 +11,7 @@ region, it does not grow.
 from __future__ import annotations
 
 from minigpt.lora import parse_targets
-from minigpt.memory.activations import mask_bytes
+from minigpt.memory.activations import mask_bytes, math_path_rows
 from minigpt.memory.adapters import (
     _block_rows,
     _input_grads,
@@ -158,7 +158,46 @@ def _backward_through_blocks(
             if mode == "selective":  # down's matmul output, still in the cache when its weight is unpacked
                 made_later += w.compute * C * tokens
             worst = max(worst, below[i] + live + held_copies + above + made_later)
+            if cfg.dropout > 0 and device != "cuda" and w.autocast:  # the math path's own peak, recomputed
+                lower = sum(rows(b) + copies(b) for b in region[:-1])  # the region's blocks below its top
+                if len(region) > 1 and (emb or region.start > 0):  # the first one's norm input is `kept`
+                    lower -= 4 * C * tokens
+                attention = _recomputed_attention(cfg, batch, ctx, w, mode, lora, emb or region.stop > 1)
+                worst = max(worst, below[i] + kept + lower + above + attention)
     return worst
+
+
+def _recomputed_attention(
+    cfg: ModelConfig, batch: int, ctx: int, w: Widths, mode: str, lora: dict, input_grad: bool
+) -> int:
+    """A region's top block recomputed up to the end of CPU attention's math path (16 bits, with dropout), above
+    what the region keeps: the math path's worst moment, where its own temporaries are all alive at once.
+
+    Waiting: G (fp32) and its 16-bit cast, made by the block's last ops' backward before the recomputation starts,
+    and checkpoint's second copy of the generator's state. Recomputed so far: the norm's 1/rms and its fp32
+    output, qkv's input cast to 16 bits and its adapter (with autocast's copies of its A and B), qkv's output,
+    q and k after RoPE, the 16-bit cos and sin, and the math path's saved rows (math_path_rows). Inside the math
+    path: the fp32 copies of q, k and v before scaling, the causal mask as fp32 (T x T), the probabilities cast
+    back to 16 bits and the output, in 16 bits. Selective: what the recomputation took out of the region's cache
+    and has used up is gone from `kept`: qkv's matmul outputs (its adapter's two too) and the q @ k^T scores.
+    """
+    rank, names, norms = lora["rank"], parse_targets(lora["targets"]), lora["train_norms"]
+    if not (input_grad or norms or "qkv" in names):  # nothing before attention needs a gradient: no graph
+        return 0
+    C, T, nh, hd, a, tokens = cfg.n_embd, ctx, cfg.n_head, cfg.head_dim, w.compute, batch * ctx
+    waiting = (w.residual + a) * C * tokens + CPU_RNG_STATE
+    norm = (4 + 4 * C) * tokens
+    qkv = 3 * a * C * tokens
+    if "qkv" in names:
+        out, inp = linear_shapes(cfg)["qkv"]
+        qkv += (a * C + a * rank) * tokens + 2 * rank * (out + inp)
+    rope = 2 * a * C * tokens + 4 * T * (hd // 2) * a
+    saved = sum(p * tokens + f for _, p, f in math_path_rows(cfg, batch, ctx, w))
+    inside = 12 * C * tokens + 4 * T * T + a * (nh * T + C) * tokens
+    taken = 0
+    if mode == "selective":
+        taken = (3 * a * C + (3 * a * C + a * rank if "qkv" in names else 0) + 4 * nh * T) * tokens
+    return waiting + norm + qkv + rope + saved + inside - taken
 
 
 # Selective checkpointing recomputes a region from its cache of matmul outputs, each taken out of the cache as the
