@@ -114,6 +114,7 @@ class _Transients:
 
     logits_held: int  # what the loop holds of the logits through backward: none (step.forward_backward drops them)
     logits_upcast: int  # autocast: cross-entropy's fp32 copy of the 16-bit logits, in the forward
+    logits_returned: int  # the model's logits, alive as its forward returns, until the loop drops them
     saved_log_softmax: int  # cross-entropy's fp32 log-softmax, an activation freed once its backward is done
     loss_grads: int  # cross-entropy's backward: nll_loss's and log_softmax's fp32 (N, V) gradients, at once
     logits_grad: int  # then the gradient of the logits themselves, in the compute dtype
@@ -176,6 +177,7 @@ def _transients(
     return _Transients(
         logits_held=0,  # the loop keeps only the loss; the head's own moments are in `head`
         logits_upcast=head.logits_upcast,
+        logits_returned=head.logits_held,  # (none with the chunked loss: they never exist whole)
         saved_log_softmax=head.saved_log_softmax,
         loss_grads=head.loss_grads,
         logits_grad=head.logits_grad,
@@ -267,7 +269,12 @@ def _moments(
         # at the loss: every activation, all weight copies (autocast's cache), the logits and their fp32 upcast
         "forward": always + activations + t.weight_copies + t.head.forward,
         # cross-entropy's two (N, V) gradients; or, a little later, the logits' gradient and lm_head's
-        "backward: loss head": always + activations + block_copies + t.head.backward,  # (loss_head.py)
+        # (loss_head.py). It begins as the model's forward returns, when autocast's cache still holds every
+        # weight copy (it empties as autocast exits) and the logits are there until the loop drops them: with
+        # checkpointing, whose blocks keep no copy for backward, that can be the phase's worst moment
+        "backward: loss head": always
+        + activations
+        + max(block_copies + t.head.backward, t.weight_copies + t.logits_returned),
         # lm_head's gradient of the tied embedding waits for the embedding's
         "backward: blocks": always
         + t.logits_held

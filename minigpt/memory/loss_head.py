@@ -92,10 +92,15 @@ def head_moments(cfg: ModelConfig, tokens: int, w: Widths, chunks: int, tied_gra
     head, V, C, a = loss_head_bytes(cfg, tokens, w, chunks), cfg.vocab_size, cfg.n_embd, w.compute
     lm_head_copy = 2 * V * C if w.autocast else 0  # autocast's 16-bit copy of the tied weight
     if chunks == 1:
-        grads = max(head.loss_grads, head.logits_grad - head.saved_log_softmax + tied_grad + lm_head_grad_16bit)
+        # cross-entropy's two fp32 gradients; then lm_head's matmul makes its weight's gradient beside the logits'
+        # gradient (the log-softmax freed); under autocast that one is 16 bits, and autocast frees the logits'
+        # gradient and the weight's copy before it casts it to fp32 (which waits for the embedding's backward)
+        at_matmul = head.logits_grad - head.saved_log_softmax + (lm_head_grad_16bit or tied_grad)
+        at_cast = lm_head_grad_16bit + tied_grad - head.saved_log_softmax if lm_head_grad_16bit else 0
         return HeadMoments(
             forward=head.logits_held + head.logits_upcast,
-            backward=lm_head_copy + grads,  # the graph keeps lm_head's 16-bit weight copy for backward
+            # the graph keeps lm_head's 16-bit weight copy for backward, until that cast
+            backward=max(lm_head_copy + max(head.loss_grads, at_matmul), at_cast),
             logits=max(head.logits_held + head.logits_upcast, head.loss_grads),
             grads=tied_grad + lm_head_grad_16bit,
         )
