@@ -1,17 +1,23 @@
 """13. The planner's clock: predicted against measured step time per lever set, and the budget plan's pick.
 
 Prediction: minigpt.step_time.step_seconds at a calibration (minigpt.calibrate) measured at the start of the run,
-under the same load as the steps (not cached: the plans' cache is left as it is). Measured:
-train_step of the real engine, one lever set at a time, median of the steps after a warm-up, by the same
-clock as the calibration (minigpt.timing.clock: this process's CPU time on a CPU). Then for `plan --budget`
-on two budgets: every candidate that fits is measured, and the plan's pick is set against the fastest.
+in this process before anything else, as `minigpt plan` measures it (not cached: the plans' cache is left as it
+is). Measured: train_step of the real engine, each lever set in a fresh process of its own, as `minigpt train`
+runs it (the same heap setting, minigpt.heap), median of the steps after a warm-up, by the same clock as the
+calibration (minigpt.timing.clock: the process's CPU time on a CPU). A fresh process matters: timed in the
+process that had calibrated, 10m's fp32 step took 1.43-1.53 s, against 1.06-1.12 s in a process of its own.
+Then for `plan --budget` on two budgets: every candidate that fits is measured, and the plan's pick is set
+against the fastest.
 
     python -m benchmarks.bench_step_time [--quick] [--device cpu]
 """
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import asdict, replace
@@ -23,6 +29,7 @@ from benchmarks.benchlib import MIB, Check, Section, main_for, table
 from minigpt.calibrate import measure
 from minigpt.config import TrainConfig
 from minigpt.data import TokenData
+from minigpt.heap import tame_heap
 from minigpt.model import get_config
 from minigpt.plan_budget import Levers, all_levers, plan_for_budget, predict, predicted_seconds
 from minigpt.step import build_step_state, train_step
@@ -51,6 +58,7 @@ SIZES = {
     True: dict(grid=[("tiny", 2, 32)], budgets=[("tiny", 2, 32, 400)]),
 }
 WARMUP, STEPS = 1, 3
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def train_config(preset: str, batch: int, ctx: int, levers: Levers) -> TrainConfig:
@@ -60,7 +68,27 @@ def train_config(preset: str, batch: int, ctx: int, levers: Levers) -> TrainConf
 
 
 def measured_seconds(preset: str, batch: int, ctx: int, levers: Levers, device: torch.device, steps: int) -> list:
-    """Seconds of `steps` train_step calls after WARMUP ones, on random tokens (speed does not depend on them)."""
+    """Seconds of `steps` train_step calls after WARMUP ones, in a fresh Python process (see the module doc)."""
+    job = json.dumps(dict(preset=preset, batch=batch, ctx=ctx, levers=asdict(levers), device=str(device), steps=steps))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_step_time", "--one", job],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"timing {preset} {levers.flags()} failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _measure_here(job: dict) -> list:
+    """measured_seconds' child: the heap set as train() sets it, then the steps, on random tokens."""
+    preset, batch, ctx, steps = job["preset"], job["batch"], job["ctx"], job["steps"]
+    levers, device = Levers(**job["levers"]), torch.device(job["device"])
+    tame_heap(accumulating=False)  # one micro-batch a step, as minigpt train runs these
     cfg = train_config(preset, batch, ctx, levers)
     state = build_step_state(get_config(preset), cfg, device)
     x = torch.randint(0, get_config(preset).vocab_size, (batch, ctx + 1), generator=torch.Generator().manual_seed(0))
@@ -148,6 +176,10 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--one"]:  # measured_seconds' child process: print the times as JSON
+        print(json.dumps(_measure_here(json.loads(argv[1]))))
+        return 0
     return main_for(run, __doc__, argv)
 
 
