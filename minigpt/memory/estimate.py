@@ -162,9 +162,8 @@ def _transients(
     loss_chunks: int = 1,
 ) -> _Transients:
     w, tokens, V, C = widths(precision), batch * ctx, cfg.vocab_size, cfg.n_embd
-    # AdamW's state has the trained parameters' dtype. Its temporaries: none with the fused kernel, which
-    # train.make_optimizer uses on the CPU and CUDA (torch >= 2.4); with foreach, its fallback elsewhere, one
-    # per parameter of the decay group (sqrt of exp_avg_sq).
+    # AdamW's state has the trained parameters' dtype. Its temporaries: none with the fused kernel (CPU and CUDA,
+    # torch >= 2.4); with foreach, its fallback elsewhere, one per parameter of the decay group (sqrt(exp_avg_sq))
     adam_state_bytes = 4 if (master_weights or precision != "bf16-pure") else 2
     adam_temporaries = 0 if device in FUSED_ADAMW_DEVICES else matrix_params(cfg)
     # clip_grad_norm_ (foreach): a norm per gradient tensor, their stack and the total, in the gradients' dtype
@@ -265,16 +264,13 @@ def _moments(
     # at the embedding: its own gradient being made beside the (N, C) gradient reaching it, or then their sum
     # (a new tensor, made once the (N, C) one is gone), where the sum is not made in place
     embedding_in_flight = max(t.tied_sum, t.grad_into_embedding)
+    head_phase = max(block_copies + t.head.backward, t.weight_copies + t.logits_returned)
     moments = {
         # at the loss: every activation, all weight copies (autocast's cache), the logits and their fp32 upcast
         "forward": always + activations + t.weight_copies + t.head.forward,
-        # cross-entropy's two (N, V) gradients; or, a little later, the logits' gradient and lm_head's
-        # (loss_head.py). It begins as the model's forward returns, when autocast's cache still holds every
-        # weight copy (it empties as autocast exits) and the logits are there until the loop drops them: with
-        # checkpointing, whose blocks keep no copy for backward, that can be the phase's worst moment
-        "backward: loss head": always
-        + activations
-        + max(block_copies + t.head.backward, t.weight_copies + t.logits_returned),
+        # cross-entropy's two (N, V) gradients, then lm_head's (loss_head.py); or as the forward returns, autocast's
+        # cache still holding every weight copy and the logits not yet dropped (the worst, with checkpointing)
+        "backward: loss head": always + activations + head_phase,
         # lm_head's gradient of the tied embedding waits for the embedding's
         "backward: blocks": always
         + t.logits_held
