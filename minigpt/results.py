@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 RESULTS_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "RESULTS.md"  # in a clone; not pip-installed
+CUDA_RESULTS_PATH = RESULTS_PATH.parent / "cuda" / "RESULTS.md"  # the sections run with --device cuda
 KEPT_ROW = "sections kept from an earlier run"
 
 
