@@ -27,6 +27,7 @@ from benchmarks import (
     bench_checkpointing,
     bench_compile,
     bench_corpus,
+    bench_finetune_plan,
     bench_largest,
     bench_loop,
     bench_lora,
@@ -60,6 +61,7 @@ BENCHMARKS = {
     "optimizer_quality": bench_optimizer_quality,
     "largest": bench_largest,
     "lora": bench_lora,
+    "finetune_plan": bench_finetune_plan,
     "loss_offload": bench_loss_offload,
     "step_time": bench_step_time,
 }

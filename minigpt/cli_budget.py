@@ -63,6 +63,11 @@ def describe(plan: BudgetPlan, title: str) -> list[str]:
         f"  predicted peak  {plan.predicted_process_bytes / MIB:,.0f} MiB of {plan.budget_bytes / MIB:,.0f} MiB "
         f"(runtime {plan.runtime_bytes / MIB:,.0f} + step {b.peak / MIB:,.0f}: weights {b.weights / MIB:,.0f}, "
         f"grads {b.gradients / MIB:,.0f}, optimizer {b.optimizer / MIB:,.0f}, activations {b.activations / MIB:,.0f})",
+    ]
+    if plan.build_bytes > plan.runtime_bytes + b.peak:
+        built = plan.build_bytes / MIB
+        lines.append(f"  building it     {built:,.0f} MiB: the fp32 model before its levers cast it (the peak)")
+    lines += [
         f"  step time       {sum(plan.seconds.values()):.2f} s predicted ("
         + ", ".join(f"{k} {v:.2f}" for k, v in plan.seconds.items() if v)
         + ")",

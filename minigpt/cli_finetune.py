@@ -50,7 +50,7 @@ def settings_from_source(args: argparse.Namespace) -> None:
     if not getattr(args, "init_from", None):
         return
     args.init_from = os.path.abspath(args.init_from)  # the checkpoint points at its base wherever it is run from
-    source = read_checkpoint(args.init_from).get("train_config", {})
+    source = read_checkpoint(args.init_from, mmap=True).get("train_config", {})  # mapped: no tensor is read
     given = given_flags(args.argv, (*FROM_SOURCE, "ctx"))
     for name in (*FROM_SOURCE, "ctx"):
         theirs = source.get(name)

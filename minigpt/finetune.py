@@ -9,8 +9,9 @@ export), so adapters are never put on weights they were not trained with.
 
 from __future__ import annotations
 
-import functools
+import ctypes
 import hashlib
+import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -34,10 +35,13 @@ class Source:
     model_config: dict
     weights: dict[str, torch.Tensor]  # a plain GPT's state dict (a LoRA run's adapters merged in)
     step: int
+    sha256: str  # weights_sha256(weights), taken as they were loaded
 
-    @functools.cached_property
-    def sha256(self) -> str:
-        return weights_sha256(self.weights)
+    def take_weights(self) -> dict[str, torch.Tensor]:
+        """Hand the weights over (to the model built from them): the Source keeps no reference, so a tensor the
+        model replaces (a base weight cast to bf16 or quantized) is freed at once instead of held twice."""
+        weights, self.weights = self.weights, {}
+        return weights
 
 
 def checkpoint_file(path: str | Path, flag: str = "--init-from") -> Path:
@@ -50,11 +54,11 @@ def checkpoint_file(path: str | Path, flag: str = "--init-from") -> Path:
     return file
 
 
-def read_checkpoint(path: str | Path, flag: str = "--init-from") -> dict:
+def read_checkpoint(path: str | Path, flag: str = "--init-from", mmap: bool = False) -> dict:
     """load_checkpoint, with an error that names `flag` and leaves the file alone."""
     file = checkpoint_file(path, flag)
     try:
-        return load_checkpoint(file)
+        return load_checkpoint(file, mmap=mmap)
     except CheckpointError as err:
         raise ValueError(f"{flag} {path}: cannot use {file}: {first_line(str(err).split(' (')[0], 100)}") from None
 
@@ -65,8 +69,33 @@ def weights_sha256(weights: dict[str, torch.Tensor]) -> str:
     for name in sorted(weights):
         t = weights[name].detach().cpu().contiguous()
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(t.view(torch.uint8).numpy() if t.numel() else b"")  # the tensor's own bytes, not a copy
     return h.hexdigest()
+
+
+MADV_DONTNEED = 4  # madvise(2): drop these pages from the process (Linux and macOS use the same number)
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform != "win32" else None
+
+
+def _copied_out_of_the_file(mapped: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Memory-mapped tensors (torch.load's mmap=True) copied into ordinary memory one at a time.
+
+    A mapped page counts in the process's RSS from the moment it is read until the whole file is unmapped, so a
+    plain copy would hold the weights twice. Each tensor's pages are dropped as soon as it is copied (they are
+    clean: the file still has them). Tensors that share storage (the tied embedding) stay shared.
+    """
+    copies: dict[tuple, torch.Tensor] = {}
+    for t in mapped.values():
+        key = (t.data_ptr(), t.shape, t.stride())
+        if key in copies:
+            continue
+        copies[key] = t.clone()
+        page = 4096 if _LIBC is None else _LIBC.getpagesize()
+        start = -(-t.data_ptr() // page) * page  # only whole pages inside this tensor: its neighbours keep theirs
+        end = (t.data_ptr() + t.numel() * t.element_size()) // page * page
+        if _LIBC is not None and end > start:
+            _LIBC.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_DONTNEED)
+    return {name: copies[(t.data_ptr(), t.shape, t.stride())] for name, t in mapped.items()}
 
 
 def config_from(saved: dict) -> TrainConfig:
@@ -122,12 +151,16 @@ def model_from(saved: dict, path: str | Path, device: torch.device | str = "cpu"
 
 def load_source(path: str | Path, flag: str = "--init-from") -> Source:
     """A run folder or exported file to start from: its settings and plain weights (a LoRA run's merged)."""
-    saved = read_checkpoint(path, flag)
+    saved = read_checkpoint(path, flag, mmap=True)  # mapped: the optimizer's state in the file is never read
     if "model_config" not in saved or "train_config" not in saved:
         raise ValueError(f"{flag} {path}: the checkpoint has no model or training settings; is it a minigpt run?")
-    model = model_from(saved, path, "cpu", flag)
-    weights = merged_state_dict(model) if has_adapters(model) else model.state_dict()
-    return Source(Path(path), saved["train_config"], saved["model_config"], weights, saved.get("step", 0))
+    if config_from(saved).lora_rank:
+        weights = merged_state_dict(model_from(saved, path, "cpu", flag))
+    else:  # a plain GPT's state dict: copied as it is (build_step_state checks its names and shapes)
+        weights = _copied_out_of_the_file(saved["model"])
+    settings, step = (saved["train_config"], saved["model_config"]), saved.get("step", 0)
+    del saved  # unmaps the file
+    return Source(Path(path), *settings, weights, step, weights_sha256(weights))
 
 
 def check_source(cfg: TrainConfig, source: Source) -> None:
@@ -163,12 +196,20 @@ def base_entry(cfg: TrainConfig, source: Source | None) -> dict:
 _INITIAL: dict[tuple, str] = {}
 
 
-def _initial_sha256(model_cfg: ModelConfig, seed: int) -> str:
-    """sha256 of GPT(model_cfg, seed)'s weights, made once per shape and seed (a run saves many times)."""
+def _initial_sha256(model_cfg: ModelConfig, seed: int, weights: dict[str, torch.Tensor] | None = None) -> str:
+    """sha256 of GPT(model_cfg, seed)'s weights, made once per shape and seed (a run saves many times).
+
+    weights: that init, if the caller holds it (a LoRA run, before its base is cast), so that saving never
+    builds a second whole fp32 model beside the run's."""
     key = (repr(model_cfg), seed)
     if key not in _INITIAL:
-        _INITIAL[key] = weights_sha256(GPT(model_cfg, seed=seed).state_dict())
+        _INITIAL[key] = weights_sha256(weights if weights is not None else GPT(model_cfg, seed=seed).state_dict())
     return _INITIAL[key]
+
+
+def remember_initial_sha256(model_cfg: ModelConfig, seed: int, weights: dict[str, torch.Tensor]) -> None:
+    """Hash a freshly initialized model now, while it is whole and fp32 (see _initial_sha256)."""
+    _initial_sha256(model_cfg, seed, weights)
 
 
 def check_base(saved: dict, source: Source, run: str | Path) -> None:

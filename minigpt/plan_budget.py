@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from minigpt import memory
-from minigpt.budget import MALLOC_SETTING, measure_runtime_baselines, runtime_baseline_bytes
+from minigpt.budget import MALLOC_SETTING, build_runtime_bytes, measure_runtime_baselines, runtime_baseline_bytes
 from minigpt.calibrate import calibration, offload_round_trip
-from minigpt.model import PRESETS, ModelConfig, count_params, shaped_config
+from minigpt.model import GPT, PRESETS, ModelConfig, count_params, shaped_config
 from minigpt.precision import precision_problem, probe_precision
 from minigpt.recompute import CHECKPOINTING_MODES
 from minigpt.step_time import Calibration, step_seconds
@@ -156,6 +156,7 @@ class BudgetPlan:
     name: str = ""  # the preset, or a description of the shape
     timing: str = ""  # where the step times' rates came from (minigpt.calibrate)
     candidates: list[Levers] = field(default_factory=list)  # every set that fits, fastest predicted first
+    build_bytes: int = 0  # the process while train() builds the model in fp32, before any lever casts it
 
     @property
     def fits(self) -> bool:
@@ -163,8 +164,9 @@ class BudgetPlan:
 
     @property
     def predicted_process_bytes(self) -> int:
-        """What the whole process holds at the step's worst moment: the runtime, then the step's tensors."""
-        return self.runtime_bytes + (self.breakdown.peak if self.breakdown else 0)
+        """What the whole process holds at its worst moment: the runtime plus the step's tensors at the step's
+        worst moment, or the fp32 model as it is built (build_bytes), whichever is larger."""
+        return max(self.runtime_bytes + (self.breakdown.peak if self.breakdown else 0), self.build_bytes)
 
     def command(self, steps: int = 5, device: str = "cpu") -> str:
         """The `minigpt train` command that runs this plan: its preset (125m for a family model), reshaped."""
@@ -252,6 +254,14 @@ LEVER_NAMES = {
 }
 
 
+def model_build_bytes(model: ModelConfig) -> int:
+    """What building `model` holds: every parameter in fp32 (GPT's seeded init, before a lever casts or quantizes
+    it), plus the init's two temporaries of its largest parameter (torch.randn, then times the std)."""
+    with torch.device("meta"):  # shapes only: nothing is allocated
+        sizes = [p.numel() for p in GPT(model).parameters()]
+    return 4 * sum(sizes) + 2 * 4 * max(sizes)
+
+
 def plan_for_budget(
     model: ModelConfig,
     budget_bytes: int,
@@ -281,14 +291,18 @@ def plan_for_budget(
             return runtime_bytes
         return runtime_baseline_bytes(levers.precision) if device_type == "cpu" else 0
 
+    # train() builds the model in fp32 first: with a frozen 16-bit or quantized base, that can be the peak
+    built = runtime_bytes if runtime_bytes is not None else build_runtime_bytes() if device_type == "cpu" else 0
+    built += model_build_bytes(model)
     scored = []  # (seconds, process peak, levers, estimate, seconds by part)
     for levers in choices:
         est = predict(model, batch, ctx, levers, device_type)
         seconds = predicted_seconds(model, batch, ctx, levers, est, cal)
-        scored.append((sum(seconds.values()), runtime(levers) + est.peak, levers, est, seconds))
+        scored.append((sum(seconds.values()), max(runtime(levers) + est.peak, built), levers, est, seconds))
     fill = int(budget_bytes * (1 - PREDICTION_MARGIN))  # what the predicted process peak may reach
     fitting = [s for s in scored if s[1] <= fill]
     plan = BudgetPlan(model, ctx, batch, budget_bytes, 0, None, None, name=name, timing=cal.describe())
+    plan.build_bytes = built
     if not fitting:
         _, peak, levers, est, seconds = min(scored, key=lambda s: s[1])
         plan.breakdown, plan.seconds, plan.runtime_bytes = est, seconds, runtime(levers)
@@ -310,6 +324,11 @@ def plan_for_budget(
             f"budget {budget_bytes / MIB:,.0f} MiB for the whole process, filled to {1 - PREDICTION_MARGIN:.0%}: the "
             f"runtime holds {plan.runtime_bytes / MIB:,.0f} MiB before the model's tensors (measured, "
             f"{plan.levers.precision})"
+        )
+    if built > plan.runtime_bytes + plan.breakdown.peak:
+        plan.reasons.append(
+            f"the peak is building the model, not the step: train() makes every weight in fp32 (its seeded init) "
+            f"before the levers cast or quantize it, {built / MIB:,.0f} MiB with the runtime"
         )
     plan.reasons += _why_each_lever(plan.levers, scored, fill)
     if any(lv.precision == "bf16-pure" for lv in choices):

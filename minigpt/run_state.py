@@ -70,8 +70,10 @@ def tensor_bytes(value: object) -> int:
     return 0
 
 
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
-    """Load a checkpoint written by save_checkpoint, with a clear error for anything else."""
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", mmap: bool = False) -> dict:
+    """Load a checkpoint written by save_checkpoint, with a clear error for anything else.
+
+    mmap: map the file instead of reading it (torch.load's mmap): a tensor's bytes are read when it is used."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}; train without --resume first, or check --out")
@@ -83,7 +85,9 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         with f:
             _check_zip_crcs(f)
             f.seek(0)
-            state = torch.load(f, map_location=map_location, weights_only=True)
+            mapped = mmap and os.name == "posix"  # where mapping is known to work; elsewhere read as before
+            source = path if mapped else f  # torch maps a file by its path only
+            state = torch.load(source, map_location=map_location, weights_only=True, mmap=mapped)
     except Exception as err:  # a damaged file fails in many ways (EOFError, UnpicklingError, KeyError, ...)
         raise CheckpointError(
             f"{path} is truncated, corrupt or not a minigpt checkpoint ({type(err).__name__}: "

@@ -24,8 +24,9 @@ import torch.nn as nn
 from minigpt import parallel
 from minigpt.config import TrainConfig, lr_at
 from minigpt.data import TokenData
+from minigpt.finetune import remember_initial_sha256
 from minigpt.lora import add_adapters, has_adapters, load_trainable, trainable_state
-from minigpt.model import GPT, IGNORE_INDEX, ModelConfig
+from minigpt.model import GPT, IGNORE_INDEX, ModelConfig, rope_tables
 from minigpt.offload import ActivationOffloader, make_offload_folder
 from minigpt.offload import saving as offload_saving
 from minigpt.optim import MasterWeights, make_optimizer
@@ -111,6 +112,17 @@ def trainable_params(model: nn.Module) -> list[torch.Tensor]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
+def model_from_weights(model_cfg: ModelConfig, weights: dict, device: torch.device) -> GPT:
+    """A GPT whose parameters are the `weights` tensors themselves: built on the meta device, so no seeded
+    init is allocated beside them (a 125m base would otherwise be held twice while it loads)."""
+    with torch.device("meta"):
+        model = GPT(model_cfg)
+    model.load_state_dict(weights, assign=True)  # wrong names or shapes fail here, as a copy would
+    model.lm_head.weight = model.tok_emb.weight  # assign gave each name its own Parameter: tie them again
+    model.rope_cos, model.rope_sin = rope_tables(model_cfg.ctx, model_cfg.head_dim, model_cfg.rope_base)
+    return model.to(device)
+
+
 def build_step_state(
     model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device, base: dict | None = None
 ) -> StepState:
@@ -119,9 +131,13 @@ def build_step_state(
     `base`: the weights to start from (--init-from). With --lora-rank the model is frozen and only adapters
     (minigpt.lora) train, so the optimizer gets only what requires grad.
     """
-    model = GPT(model_cfg, seed=cfg.seed).to(device)
-    if base is not None:
-        model.load_state_dict(base)
+    if base is None:
+        model = GPT(model_cfg, seed=cfg.seed).to(device)
+        if cfg.lora_rank and cfg.out:  # this init is the run's frozen base, saved by its hash: hash it now, whole
+            remember_initial_sha256(model_cfg, cfg.seed, model.state_dict())
+    else:
+        model = model_from_weights(model_cfg, base, device)
+        del base  # the model holds the tensors now: each one add_adapters replaces is freed at once
     if cfg.lora_rank:
         adapter_settings = (cfg.lora_alpha, cfg.lora_targets, cfg.base_dtype, cfg.quant_block)
         add_adapters(model, cfg.lora_rank, *adapter_settings, cfg.train_norms, cfg.train_embedding, cfg.seed)

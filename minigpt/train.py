@@ -287,8 +287,8 @@ def train(
             aside = run.move_aside()
             if aside:  # said even under --json (on stderr): files moved are worth a line
                 print(f"--restart: moved the run in {run.path} to {aside} (nothing deleted)", file=sys.stderr)
-        base = source.weights if source else None
-        state = build_step_state(cfg.model_config(), cfg, device, base)
+        # the source hands its weights over: the model becomes their only holder (see Source.take_weights)
+        state = build_step_state(cfg.model_config(), cfg, device, source.take_weights() if source else None)
         model = state.model
         if cfg.lora_rank:
             random_base = "" if source else " (no --init-from: the frozen base is this run's random initialization)"
