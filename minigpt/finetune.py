@@ -10,7 +10,6 @@ export), so adapters are never put on weights they were not trained with.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import torch
 
 from minigpt.config import TrainConfig, without_lora
-from minigpt.lora import add_adapters, has_adapters, load_trainable, merged_state_dict
+from minigpt.lora import add_adapters, has_adapters, initial_sha256, load_trainable, merged_state_dict, weights_sha256
 from minigpt.model import GPT, ModelConfig
 from minigpt.run_state import CheckpointError, first_line, load_checkpoint, save_checkpoint
 
@@ -61,16 +60,6 @@ def read_checkpoint(path: str | Path, flag: str = "--init-from", mmap: bool = Fa
         return load_checkpoint(file, mmap=mmap)
     except CheckpointError as err:
         raise ValueError(f"{flag} {path}: cannot use {file}: {first_line(str(err).split(' (')[0], 100)}") from None
-
-
-def weights_sha256(weights: dict[str, torch.Tensor]) -> str:
-    """sha256 over every tensor's name, dtype, shape and bytes, in name order: the identity of a set of weights."""
-    h = hashlib.sha256()
-    for name in sorted(weights):
-        t = weights[name].detach().cpu().contiguous()
-        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        h.update(t.view(torch.uint8).numpy() if t.numel() else b"")  # the tensor's own bytes, not a copy
-    return h.hexdigest()
 
 
 MADV_DONTNEED = 4  # madvise(2): drop these pages from the process (Linux and macOS use the same number)
@@ -189,27 +178,8 @@ def base_entry(cfg: TrainConfig, source: Source | None) -> dict:
     if not cfg.lora_rank:
         return {}
     if source is None:
-        return {"base": {"init_from": None, "seed": cfg.seed, "sha256": _initial_sha256(cfg.model_config(), cfg.seed)}}
+        return {"base": {"init_from": None, "seed": cfg.seed, "sha256": initial_sha256(cfg.model_config(), cfg.seed)}}
     return {"base": {"init_from": str(source.path.resolve()), "sha256": source.sha256}}
-
-
-_INITIAL: dict[tuple, str] = {}
-
-
-def _initial_sha256(model_cfg: ModelConfig, seed: int, weights: dict[str, torch.Tensor] | None = None) -> str:
-    """sha256 of GPT(model_cfg, seed)'s weights, made once per shape and seed (a run saves many times).
-
-    weights: that init, if the caller holds it (a LoRA run, before its base is cast), so that saving never
-    builds a second whole fp32 model beside the run's."""
-    key = (repr(model_cfg), seed)
-    if key not in _INITIAL:
-        _INITIAL[key] = weights_sha256(weights if weights is not None else GPT(model_cfg, seed=seed).state_dict())
-    return _INITIAL[key]
-
-
-def remember_initial_sha256(model_cfg: ModelConfig, seed: int, weights: dict[str, torch.Tensor]) -> None:
-    """Hash a freshly initialized model now, while it is whole and fp32 (see _initial_sha256)."""
-    _initial_sha256(model_cfg, seed, weights)
 
 
 def check_base(saved: dict, source: Source, run: str | Path) -> None:

@@ -45,11 +45,13 @@ class ProofRun:
         return len(self.losses) >= 2 and self.losses[-1] < self.losses[0]
 
 
-def prove(plan: BudgetPlan, steps: int = 3, timeout_s: float = 3600) -> ProofRun:
-    """Train `plan`'s model for `steps` steps with its printed command, in a fresh process, and measure it."""
+def prove(plan: BudgetPlan, steps: int = 3, timeout_s: float = 3600, extra: str = "") -> ProofRun:
+    """Train `plan`'s model for `steps` steps with its printed command, in a fresh process, and measure it.
+
+    extra: flags added to the command (a fine-tune's --init-from RUN and --out DIR, as its plan advises)."""
     if not plan.fits:
         raise ValueError("this plan does not fit its budget: there is nothing to run")
-    command = plan.command(steps=steps)
+    command = plan.command(steps=steps) + (f" {extra}" if extra else "")
     words = shlex.split(command)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     while "=" in words[0]:  # leading NAME=value words are the command's environment

@@ -14,13 +14,14 @@ frozen layer is kept for backward, and no full-precision copy of the base stays 
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minigpt.model import GPT
+from minigpt.model import GPT, ModelConfig
 from minigpt.quantize import BASE_DTYPES, DEFAULT_BLOCK, QUANTIZED, dequantize, quantize, unpacking
 
 # The linear layers of a block, by name, and the groups --lora-targets accepts.
@@ -248,3 +249,31 @@ def describe_trainable(model: nn.Module) -> str:
         f"{trainable:,} of {total:,} parameters train ({100 * trainable / total:.2f}%): adapters {adapters:,}, "
         f"norms {norms}, embedding {embedding}"
     )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# A frozen base's identity: a LoRA run saves the sha256 of the weights its adapters were trained on
+
+
+def weights_sha256(weights: dict[str, torch.Tensor]) -> str:
+    """sha256 over every tensor's name, dtype, shape and bytes, in name order: the identity of a set of weights."""
+    h = hashlib.sha256()
+    for name in sorted(weights):
+        t = weights[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy() if t.numel() else b"")  # the tensor's own bytes, not a copy
+    return h.hexdigest()
+
+
+_INITIAL: dict[tuple, str] = {}
+
+
+def initial_sha256(model_cfg: ModelConfig, seed: int, weights: dict[str, torch.Tensor] | None = None) -> str:
+    """sha256 of GPT(model_cfg, seed)'s weights (a base without --init-from), made once per shape and seed.
+
+    weights: that init, when the caller holds it whole and fp32 (build_step_state, before the base is cast), so
+    that saving never builds a second whole model beside the run's to hash it."""
+    key = (repr(model_cfg), seed)
+    if key not in _INITIAL:
+        _INITIAL[key] = weights_sha256(weights if weights is not None else GPT(model_cfg, seed=seed).state_dict())
+    return _INITIAL[key]

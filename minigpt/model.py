@@ -129,8 +129,9 @@ class RMSNorm(nn.Module):
 
 def rope_tables(ctx: int, head_dim: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of the rotation angles, shape (ctx, head_dim/2): pair i turns at base**(-2i/d)."""
-    inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
-    angles = torch.outer(torch.arange(ctx, dtype=torch.float32), inv_freq)
+    cpu = torch.device("cpu")  # always made here, then moved with the model (on "meta" they would cost 70 MB)
+    inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32, device=cpu) / head_dim)
+    angles = torch.outer(torch.arange(ctx, dtype=torch.float32, device=cpu), inv_freq)
     return angles.cos(), angles.sin()
 
 
@@ -190,10 +191,12 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, cfg: ModelConfig, seed: int = 0) -> None:
+    def __init__(self, cfg: ModelConfig, seed: int | None = 0) -> None:
         super().__init__()
         self.cfg = cfg
-        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        # _weight: an empty matrix, not nn.Embedding's own normal init (reset_parameters below draws every weight;
+        # on the meta device that init would import 70 MB of torch's compiler: see step.model_from_weights)
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd, _weight=torch.empty(cfg.vocab_size, cfg.n_embd))
         self.emb_dropout = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.final_norm = RMSNorm(cfg.n_embd, cfg.norm_eps)
@@ -206,7 +209,8 @@ class GPT(nn.Module):
         self.checkpointing = "none"
         # Token chunks of the loss head (minigpt.loss): 1 makes the whole logits; more never make them whole.
         self.loss_chunks = 1
-        self.reset_parameters(seed)
+        if seed is not None:  # None: no init, the caller brings the weights (minigpt.step.model_from_weights)
+            self.reset_parameters(seed)
 
     @torch.no_grad()
     def reset_parameters(self, seed: int = 0) -> None:

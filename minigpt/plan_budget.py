@@ -255,11 +255,15 @@ LEVER_NAMES = {
 
 
 def model_build_bytes(model: ModelConfig) -> int:
-    """What building `model` holds: every parameter in fp32 (GPT's seeded init, before a lever casts or quantizes
-    it), plus the init's two temporaries of its largest parameter (torch.randn, then times the std)."""
+    """What building `model` holds at its worst: every parameter in fp32 (GPT's seeded init, before a lever casts
+    or quantizes it), plus the init's two temporaries of one parameter (torch.randn, then times the std).
+
+    A linear's own storage is already written by nn.Linear's init, so its two temporaries come on top; the
+    embedding's is still untouched (not resident) while its two are made, so only one of them counts."""
     with torch.device("meta"):  # shapes only: nothing is allocated
-        sizes = [p.numel() for p in GPT(model).parameters()]
-    return 4 * sum(sizes) + 2 * 4 * max(sizes)
+        sizes = {name: p.numel() for name, p in GPT(model, seed=None).named_parameters()}
+    embedding = sizes.pop("tok_emb.weight")
+    return 4 * (embedding + sum(sizes.values())) + 4 * max(embedding, 2 * max(sizes.values()))
 
 
 def plan_for_budget(

@@ -24,9 +24,8 @@ import torch.nn as nn
 from minigpt import parallel
 from minigpt.config import TrainConfig, lr_at
 from minigpt.data import TokenData
-from minigpt.finetune import remember_initial_sha256
-from minigpt.lora import add_adapters, has_adapters, load_trainable, trainable_state
-from minigpt.model import GPT, IGNORE_INDEX, ModelConfig, rope_tables
+from minigpt.lora import add_adapters, has_adapters, initial_sha256, load_trainable, trainable_state
+from minigpt.model import GPT, IGNORE_INDEX, ModelConfig
 from minigpt.offload import ActivationOffloader, make_offload_folder
 from minigpt.offload import saving as offload_saving
 from minigpt.optim import MasterWeights, make_optimizer
@@ -116,10 +115,9 @@ def model_from_weights(model_cfg: ModelConfig, weights: dict, device: torch.devi
     """A GPT whose parameters are the `weights` tensors themselves: built on the meta device, so no seeded
     init is allocated beside them (a 125m base would otherwise be held twice while it loads)."""
     with torch.device("meta"):
-        model = GPT(model_cfg)
+        model = GPT(model_cfg, seed=None)  # shapes only; its RoPE tables are made on the CPU as always
     model.load_state_dict(weights, assign=True)  # wrong names or shapes fail here, as a copy would
     model.lm_head.weight = model.tok_emb.weight  # assign gave each name its own Parameter: tie them again
-    model.rope_cos, model.rope_sin = rope_tables(model_cfg.ctx, model_cfg.head_dim, model_cfg.rope_base)
     return model.to(device)
 
 
@@ -134,7 +132,7 @@ def build_step_state(
     if base is None:
         model = GPT(model_cfg, seed=cfg.seed).to(device)
         if cfg.lora_rank and cfg.out:  # this init is the run's frozen base, saved by its hash: hash it now, whole
-            remember_initial_sha256(model_cfg, cfg.seed, model.state_dict())
+            initial_sha256(model_cfg, cfg.seed, model.state_dict())
     else:
         model = model_from_weights(model_cfg, base, device)
         del base  # the model holds the tensors now: each one add_adapters replaces is freed at once

@@ -269,5 +269,5 @@ def test_a_base_becomes_the_models_own_tensors_and_the_random_base_is_hashed_onc
     lora_cfg = TrainConfig(**COMMON, **LORA, seed=123, out="a-run")  # a run that saves: its base is hashed
     expected = finetune.weights_sha256(GPT(lora_cfg.model_config(), seed=123).state_dict())
     build_step_state(lora_cfg.model_config(), lora_cfg, torch.device("cpu"))
-    monkeypatch.setattr(finetune, "GPT", lambda *a, **k: pytest.fail("saving built a second model to hash it"))
+    monkeypatch.setattr(lora, "GPT", lambda *a, **k: pytest.fail("saving built a second model to hash it"))
     assert finetune.base_entry(lora_cfg, None)["base"]["sha256"] == expected
