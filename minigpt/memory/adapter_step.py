@@ -18,6 +18,7 @@ from minigpt.memory.adapters import (
     linear_shapes,
     lora_activation_rows,
     lora_static,
+    rope_cast_bytes,
     trained_numels,
     unpack_bytes,
 )
@@ -184,14 +185,16 @@ def _recomputed_attention(
     rank, names, norms = lora["rank"], parse_targets(lora["targets"]), lora["train_norms"]
     if not (input_grad or norms or "qkv" in names):  # nothing before attention needs a gradient: no graph
         return 0
-    C, T, nh, hd, a, tokens = cfg.n_embd, ctx, cfg.n_head, cfg.head_dim, w.compute, batch * ctx
+    C, T, nh, a, tokens = cfg.n_embd, ctx, cfg.n_head, w.compute, batch * ctx
     waiting = (w.residual + a) * C * tokens + CPU_RNG_STATE
     norm = (4 + 4 * C) * tokens
     qkv = 3 * a * C * tokens
     if "qkv" in names:
         out, inp = linear_shapes(cfg)["qkv"]
+        # autocast's 16-bit A and B, both cached while the recomputed forward runs (the graph keeps A only where
+        # qkv's input needs a gradient: _backward_through_blocks' copies)
         qkv += (a * C + a * rank) * tokens + 2 * rank * (out + inp)
-    rope = 2 * a * C * tokens + 4 * T * (hd // 2) * a
+    rope = 2 * a * C * tokens + rope_cast_bytes(cfg, ctx, w)
     saved = sum(p * tokens + f for _, p, f in math_path_rows(cfg, batch, ctx, w))
     inside = 12 * C * tokens + 4 * T * T + a * (nh * T + C) * tokens
     taken = 0

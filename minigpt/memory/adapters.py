@@ -172,6 +172,11 @@ def _adapter_rows(name: str, x: str, per_token: int, w: Widths, rank: int) -> li
     return [(f"{name} adapter input: {x}", per_token, 0), (f"{name} adapter: x @ A^T * scale", w.compute * rank, 0)]
 
 
+def rope_cast_bytes(cfg: ModelConfig, ctx: int, w: Widths) -> int:
+    """RoPE's cos and sin tables cast to the compute dtype, once for q and once for k: (ctx, head_dim / 2) each."""
+    return 4 * ctx * (cfg.head_dim // 2) * w.compute
+
+
 def _input_grads(names: tuple[str, ...], input_grad: bool, train_norms: bool) -> dict[str, bool]:
     """Whether each adapted layer's input needs a gradient in a block: it does when anything before it does (an
     adapter, a trained gain, or the block's input)."""
@@ -204,7 +209,7 @@ def _block_rows(
     `input_grad`: whether the block's input needs a gradient (every block's but the first, unless the embedding
     trains). A tensor needs one when anything before it does: an adapter, a trained gain, or the input.
     """
-    C, H, nh, hd, a = cfg.n_embd, cfg.mlp_hidden, cfg.n_head, cfg.head_dim, w.compute
+    C, H, nh, a = cfg.n_embd, cfg.mlp_hidden, cfg.n_head, w.compute
     cast = ", cast to 16 bits" if w.autocast else ""
     attention = input_grad or train_norms or "qkv" in names  # q, k, v
     residual = attention or "proj" in names  # attention's output, and the residual stream after it
@@ -225,7 +230,7 @@ def _block_rows(
         if cfg.dropout > 0:
             rows.append(("attention dropout RNG seed and offset (CUDA, derived)", 0, 16))
     if attention and w.autocast:
-        rows.append(("RoPE cos/sin cast to 16 bits, for q and for k", 0, 4 * ctx * (hd // 2) * a))
+        rows.append(("RoPE cos/sin cast to 16 bits, for q and for k", 0, rope_cast_bytes(cfg, ctx, w)))
     if "proj" in names:
         rows += _adapter_rows("proj", "attention output as (B, T, C), a copy", a * C, w, rank)
     if residual and cfg.dropout > 0:
