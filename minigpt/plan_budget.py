@@ -361,7 +361,8 @@ def _why_each_lever(best: Levers, scored: list[tuple], budget: int) -> list[str]
             else:
                 fastest = min(fit, key=lambda s: s[0])[0]
                 reasons.append(
-                    f"{verb} {what}: it fits, but the fastest such plan takes {fastest / best_seconds:.2f}x the time"
+                    f"{verb} {what}: it fits, but the fastest such plan is predicted at "
+                    f"{fastest / best_seconds:.2f}x the time"
                 )
     return reasons
 

@@ -156,10 +156,13 @@ def json_line(record: dict) -> str:
 
 def _stop_requested(stop_signal: StopSignals, world: int) -> str | None:
     """The signal that stops this run after the current step; under torchrun, any process's (all stop together)."""
+    received = stop_signal.received  # read once: every process must decide from what it sent
     if world == 1:
-        return stop_signal.received
-    anyone = parallel.sum_across_processes(float(stop_signal.received is not None)) > 0  # every process calls it
-    return stop_signal.received or ("SIGTERM" if anyone else None)
+        return received
+    # A signal that lands while the all-reduce runs waits for the next step's. Read again after it, it would stop
+    # this process alone, and the others would wait in the next step's collective for ever.
+    anyone = parallel.sum_across_processes(float(received is not None)) > 0  # every process calls it
+    return received or ("SIGTERM" if anyone else None)
 
 
 def in_notebook_kernel() -> bool:

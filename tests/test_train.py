@@ -517,3 +517,20 @@ def test_without_a_bar_train_logs_steps_only_when_verbose(markov_data, monkeypat
     out = capsys.readouterr().out
     assert [line.split()[1] for line in out.splitlines() if line.startswith("step ")][-1] == "20/20"
     assert "loss" in out and "tokens/s" in out
+
+
+def test_a_signal_during_the_stop_vote_waits_for_the_next_step(monkeypatch):
+    """Under torchrun every process must stop at the same step. A SIGTERM that lands on one process while the
+    processes sum their stop votes is counted at the next step; read again after the sum, it stopped that
+    process alone while the others went on into the next step's collective and waited for ever (a CI hang)."""
+    from minigpt.run_state import StopSignals
+
+    stop_signal = StopSignals()
+
+    def sum_as_the_signal_lands(value):
+        stop_signal.received = "SIGTERM"  # arrives during the all-reduce, after this process sent its vote
+        return value  # the other process voted 0
+
+    monkeypatch.setattr(train_module.parallel, "sum_across_processes", sum_as_the_signal_lands)
+    assert train_module._stop_requested(stop_signal, world=2) is None  # go on, as the others do
+    assert train_module._stop_requested(stop_signal, world=2) == "SIGTERM"  # and stop together a step later
