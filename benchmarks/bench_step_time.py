@@ -57,6 +57,10 @@ SIZES = {
     False: dict(grid=[("10m", 4, 256), ("30m", 2, 512)], budgets=[("10m", 8, 256, 500), ("10m", 8, 256, 540)]),
     True: dict(grid=[("tiny", 2, 32)], budgets=[("tiny", 2, 32, 400)]),
 }
+# the quick run (tests/test_benchmarks.py) checks the code paths: the default step and the three levers whose timing
+# runs code of its own (the 8-bit step, the offloader's files, the nf4 base), each a fresh process of a few seconds
+QUICK_GRID = ("fp32", "8-bit AdamW", "offload", "LoRA, nf4 base")
+QUICK_CANDIDATES = 4
 WARMUP, STEPS = 1, 3
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -115,6 +119,8 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
     rows, errors = [], []
     for preset, batch, ctx in size["grid"]:
         for name, levers in GRID.items():
+            if quick and name not in QUICK_GRID:
+                continue
             times = measured_seconds(preset, batch, ctx, levers, device, steps)
             meas, pred = statistics.median(times), predicted(preset, batch, ctx, levers, device, cal)
             spread = (max(times) - min(times)) / meas
@@ -132,7 +138,7 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
 
     budget_rows = []
     for preset, batch, ctx, mib in size["budgets"]:
-        choices = all_levers(["fp32"])[:16] if quick else None
+        choices = all_levers(["fp32"])[:QUICK_CANDIDATES] if quick else None
         plan = plan_for_budget(get_config(preset), mib * MIB, ctx, batch, device.type, cal=cal, choices=choices)
         fitting = plan.candidates  # every set of levers whose predicted process peak fits, fastest first
         timed = {lv: statistics.median(measured_seconds(preset, batch, ctx, lv, device, steps)) for lv in fitting}

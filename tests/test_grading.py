@@ -183,8 +183,8 @@ def test_the_score_table_and_grade_json(runs, stubs_run, solutions_run):
 
 @pytest.fixture(scope="module")
 def wrong_runs(wrong_answer_runs) -> dict[str, dict]:
-    """grade.json of the grader run (the reference run live) that holds each mistake, by mistake name."""
-    return {name: runs["live"].result()[1] for name, runs in wrong_answer_runs["classic"].items()}
+    """grade.json of the grader run (the stored outcomes, as `pytest exercises/` grades) that holds each mistake."""
+    return {name: runs["stored"].result()[1] for name, runs in wrong_answer_runs["classic"].items()}
 
 
 def _caught_by(grade: dict, exercise: str) -> list[tuple[str, str, str]]:
