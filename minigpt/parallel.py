@@ -138,10 +138,10 @@ def fsdp_dtypes(precision: str) -> tuple[torch.dtype | None, torch.dtype | None]
 
     bf16 (autocast): the weights are gathered in bf16, the dtype autocast computes in, so each gather moves
     half the bytes of fp32 and the whole weight never exists in fp32 outside its shard. The gradients are
-    reduced in fp32: a reduce-scatter sums N gradients, and bf16's 8 bits of mantissa would round each partial
-    sum (the reduced gradient is also what AdamW sees, in the fp32 shard). fp16 keeps fp32 gathers and
-    reduces: the GradScaler's scaled gradients would be summed in fp16's narrow range. fp32 and bf16-pure
-    (whose parameters are bf16 already) move their parameters' own dtype.
+    reduced in fp32: a reduce-scatter sums N gradients, and bf16's 7 bits of mantissa (8 bits of precision) would
+    round each partial sum (the reduced gradient is also what AdamW sees, in the fp32 shard). fp16 keeps fp32
+    gathers and reduces: the GradScaler's scaled gradients would be summed in fp16's narrow range. fp32 and
+    bf16-pure (whose parameters are bf16 already) move their parameters' own dtype.
     """
     if normalize_precision(precision) == "bf16":
         return torch.bfloat16, torch.float32
