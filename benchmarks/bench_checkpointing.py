@@ -36,6 +36,7 @@ from minigpt.memory import estimate, measure
 from minigpt.model import get_config
 from minigpt.plan import relative_step_time
 from minigpt.recompute import CHECKPOINTING_MODES
+from minigpt.step_time import SELECTIVE_RECOMPUTE_SHARE, forward_flops_per_token
 from minigpt.style import mode_color
 from minigpt.train import TrainConfig, build_step_state, train_step
 
@@ -133,6 +134,11 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
             ]
         )
         plot.append((mode, time_ratio, theory_time, act_ratio, theory_act))
+    # the share of the blocks' forward that selective's measured ratio implies: ratio = (3 + share * blocks) / 3
+    flops = forward_flops_per_token(cfg_model, size["ctx"])
+    blocks = flops["blocks"] / (flops["blocks"] + flops["head"])
+    selective = next(ratio for mode, ratio, *_ in plot if mode == "selective")
+    implied_share = 3 * (selective - 1) / blocks
 
     body = "\n\n".join(
         [
@@ -142,8 +148,10 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
             "median, the time ratio the median over turns of its step time over none's in the same turn "
             "(spread: of those ratios). Theory: time from the FLOP model of "
             "`minigpt.plan.relative_step_time` (full and sqrt recompute each block's forward once; selective "
-            "only elementwise work, at minigpt.step_time.SELECTIVE_RECOMPUTE_SHARE of the blocks' forward, the share "
-            "this section's selective row measured), activations from `minigpt.memory.estimate()`.",
+            f"only elementwise work, at minigpt.step_time.SELECTIVE_RECOMPUTE_SHARE = {SELECTIVE_RECOMPUTE_SHARE} of "
+            f"the blocks' forward, a share set from an earlier run of this section: this run's selective ratio "
+            f"implies {implied_share:.2f}, the blocks being {blocks:.0%} of the FLOPs), activations from "
+            "`minigpt.memory.estimate()`.",
             table(
                 rows,
                 [

@@ -14,9 +14,12 @@ from minigpt.model import ModelConfig
 # The share of the blocks' forward that each checkpointing mode runs again, for the planners without a
 # calibration (minigpt.plan, the chapters). "full" and "sqrt" recompute every block's forward once (the FLOP
 # model). "selective" recomputes only elementwise ops (norms, rotary, SiLU, products): no matmul, but
-# memory-bound. Its share is measured, not assumed: benchmarks/RESULTS.md section 4 times selective at 1.14x
-# a plain 10m fp32 step on the CPU, where the blocks are 81% of the FLOPs, so 3 * 0.14 / 0.81 = 0.52 of
-# the blocks' forward (benchmarks/cuda/RESULTS.md measures more on a GPU: 1.32x at 125m, spread 65%).
+# memory-bound. Its share is measured, not assumed: a run of benchmarks/RESULTS.md section 4 timed selective at
+# 1.14x a plain 10m fp32 step on the CPU, where the blocks are 81% of the FLOPs, so 3 * 0.14 / 0.81 = 0.52 of the
+# blocks' forward. Each run of that section prints the share its own ratio implies, and the ratios spread by 30% or
+# more: later runs timed 1.04x to 1.08x, shares of 0.14 to 0.30, so 0.5 is the top of what was measured
+# (benchmarks/cuda/RESULTS.md measures more on a GPU: 1.32x at 125m, spread 65%). The planners with a calibration
+# time selective recompute on the device instead.
 SELECTIVE_RECOMPUTE_SHARE = 0.5
 RECOMPUTE_SHARE = {"none": 0.0, "full": 1.0, "sqrt": 1.0, "selective": SELECTIVE_RECOMPUTE_SHARE}
 

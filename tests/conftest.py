@@ -39,6 +39,68 @@ def fixed_step_time_calibration():
         calibrate.save(calibrate.cache_path("cpu"), fixed)
 
 
+# ----------------------------------------------------------------------------------------------------------
+# The quick benchmark run (tests/test_benchmarks.py): minutes of one process on one core, started as soon as the
+# tests are collected and run beside them (while a test runs in this process, a 2-core machine's other core is
+# mostly idle), its test moved last so that it waits for the run as little as possible.
+
+QUICK_RUN = "tests/test_benchmarks.py::test_quick_run_writes_results_and_plots"
+_quick_run: dict = {}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    quick = [item for item in items if item.nodeid == QUICK_RUN]
+    for item in quick:
+        items.remove(item)
+        items.append(item)
+
+
+def pytest_collection_finish(session):
+    if any(item.nodeid == QUICK_RUN for item in session.items):
+        start_quick_run()
+
+
+def start_quick_run() -> dict:
+    """The background run (started once): its process, output folder and log. Its own cache: the run builds its
+    own corpus and calibration, and never writes where the tests' fixed calibration is."""
+    if not _quick_run:
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        root = Path(__file__).resolve().parents[1]
+        folder = Path(tempfile.mkdtemp(prefix="minigpt-quick-benchmarks-"))
+        # One torch thread: the run only checks the code paths, and a second thread per process makes every
+        # small op wait on a busy 2-core machine.
+        env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+        env["MINIGPT_CACHE"] = str(folder / "cache")
+        log = open(folder / "output.txt", "w")
+        command = [sys.executable, "-m", "benchmarks.run_all", "--quick", "--out", str(folder / "results")]
+        proc = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+        _quick_run.update(proc=proc, out=folder / "results", log=folder / "output.txt", folder=folder, file=log)
+    return _quick_run
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _quick_run:
+        import shutil
+
+        if _quick_run["proc"].poll() is None:  # the session stopped early (-x, Ctrl-C): do not leave it running
+            _quick_run["proc"].kill()
+            _quick_run["proc"].wait()
+        _quick_run["file"].close()
+        shutil.rmtree(_quick_run["folder"], ignore_errors=True)
+
+
+@pytest.fixture
+def quick_benchmark_run() -> dict:
+    """The quick run started after collection (or now, where the hook did not start it): waits for it to end."""
+    run = start_quick_run()
+    run["proc"].wait(timeout=1800)  # a guard against hangs only: the run takes a few minutes
+    return run
+
+
 @pytest.fixture
 def tiny_cfg():
     """A model small enough to train in a second, with a small vocabulary."""

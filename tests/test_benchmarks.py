@@ -36,19 +36,11 @@ PLOTS = [
 ]
 
 
-def test_quick_run_writes_results_and_plots(tmp_path):
-    # One torch thread: the run only checks the code paths, and on a busy 2-core machine two threads
-    # per process make every small op wait for the other thread (several times slower).
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run_all", "--quick", "--out", str(tmp_path)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,  # a guard against hangs only: the quick run takes about a minute quiet
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+def test_quick_run_writes_results_and_plots(quick_benchmark_run):
+    # conftest starts the run when the tests are collected and runs this test last (see quick_benchmark_run)
+    run, output = quick_benchmark_run, quick_benchmark_run["log"].read_text()
+    assert run["proc"].returncode == 0, output[-6000:]
+    tmp_path = run["out"]
     results = (tmp_path / "RESULTS.md").read_text()
     for heading in SECTIONS:
         assert f"## {heading}" in results, heading
@@ -58,7 +50,7 @@ def test_quick_run_writes_results_and_plots(tmp_path):
     assert "crashed" not in results
     # Every target is judged, PASS or FAIL, in the summary and on the terminal.
     assert results.count("| PASS ") + results.count("| FAIL ") >= 8
-    assert "PASS" in done.stdout or "FAIL" in done.stdout
+    assert "PASS" in output or "FAIL" in output
     for name in PLOTS:
         png = tmp_path / name
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name

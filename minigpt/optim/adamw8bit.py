@@ -8,9 +8,9 @@ value / scale, a number in [-1, 1]. One outlier then only coarsens its own block
 The code. A linear code (code = round(255 * v / scale)) has one step of scale / 255 everywhere, so any
 value under half a step, scale / 510, becomes 0. That is fatal for the second moment v: AdamW divides by
 sqrt(v), and a v rounded to 0 turns the update m / (sqrt(v) + eps) into m / eps, many orders of magnitude
-too large. The libraries use non-linear codes (bitsandbytes a "dynamic" code with an exponent, torchao a
-quantile map) whose steps are small near 0 and large near the scale. This one is a power code, the
-simplest non-linear one: v is stored as round(255 * (v / scale) ** (1/4)), so a code step is a constant
+too large. The libraries use a non-linear code (bitsandbytes' "dynamic" code with an exponent, which torchao's
+AdamW8bit stores as a 256-entry map) whose steps are small near 0 and large near the scale. This one is a power
+code, the simplest non-linear one: v is stored as round(255 * (v / scale) ** (1/4)), so a code step is a constant
 step of v's fourth root: the smallest v kept is scale * 255**-4 (about 2e-10 of its block's largest), and
 sqrt(v), what the update divides by, is off by at most 1 / code (under 3% for any v within four decades
 of its block's largest). The first moment m is signed and only multiplies the update: it gets a signed
