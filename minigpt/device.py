@@ -103,16 +103,25 @@ def cpu_bf16_hardware() -> list[str]:
 
     Without them torch still computes bf16 on the CPU, but by converting to fp32: correct and slow.
     """
-    if hasattr(torch.cpu, "get_capabilities"):  # newer torch reads CPUID for us
+    return _cpu_instructions(("amx_bf16", "avx512_bf16", "bf16", "sve_bf16"))
+
+
+def cpu_fp16_hardware() -> list[str]:
+    """The CPU's fp16 arithmetic instructions (AMX-FP16, AVX512-FP16), if any: without them fp16 goes through fp32."""
+    return _cpu_instructions(("amx_fp16", "avx512_fp16"))
+
+
+def _cpu_instructions(names: tuple[str, ...]) -> list[str]:
+    """Which of `names` this CPU has: from torch's CPUID reading, or the kernel's flags on an older torch."""
+    if hasattr(torch.cpu, "get_capabilities"):
         caps = torch.cpu.get_capabilities()
-        names = ("amx_bf16", "avx512_bf16", "bf16", "sve_bf16")
         return [name for name in names if caps.get(name) is True]
     try:
-        with open("/proc/cpuinfo") as f:  # older torch: the kernel's flags
+        with open("/proc/cpuinfo") as f:
             flags = set(f.read().split())
     except OSError:
         return []
-    return [name for name in ("amx_bf16", "avx512_bf16", "bf16") if name in flags]
+    return [name for name in names if name in flags]
 
 
 def _cuda_native_bf16(device: torch.device) -> bool:

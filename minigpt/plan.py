@@ -359,10 +359,11 @@ def _does_not_fit(
     else:
         one_token = predict(1, 1, checkpointing=mode)
         lever = (
-            f"even one token per step needs {gib(one_token.peak)}: static memory {gib(est.static)} plus "
-            f"buffers that do not shrink with ctx (AdamW's temporaries {gib(est.optimizer_step)}, "
-            f"autocast's weight copies {gib(est.weight_copies)}, the tied embedding's gradients); "
-            f"use {smaller}"
+            f"even one token per step peaks at {gib(one_token.peak)}: the weights, AdamW's state and the "
+            f"gradients alive at its worst moment (all of them together, the static memory, are "
+            f"{gib(est.static)}), plus buffers that do not shrink with ctx (AdamW's temporaries "
+            f"{gib(est.optimizer_step)}, autocast's weight copies {gib(est.weight_copies)}, the tied "
+            f"embedding's gradients); use {smaller}"
         )
     reasons.append(
         f"nothing fits: the smallest predicted peak is {gib(est.peak)} (micro-batch 1, "

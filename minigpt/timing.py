@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from minigpt.device import DeviceInfo
+from minigpt.device import DeviceInfo, cpu_fp16_hardware
 
 
 def clock(device: torch.device | str = "cpu") -> float:
@@ -87,7 +87,10 @@ def why_precision_speed(info: DeviceInfo, precision: str) -> str:
     low = "fp16" if precision.startswith("fp16") else "bf16"
     if info.type == "cpu":
         if low == "fp16":
-            return "CPUs have no fp16 matrix units: fp16 is converted through fp32"
+            fp16 = cpu_fp16_hardware()
+            if fp16:
+                return f"fp16 instructions here: {', '.join(fp16)}"
+            return "no fp16 instructions here (AVX512-FP16, AMX-FP16): fp16 is converted through fp32"
         return info.note  # "bf16 hardware: amx_bf16, ..." or "no bf16 instructions: bf16 is emulated"
     if info.type == "cuda":
         sm = f"sm_{info.compute_capability[0]}{info.compute_capability[1]}" if info.compute_capability else "GPU"

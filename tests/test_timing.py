@@ -58,3 +58,17 @@ def test_verdict_follows_the_measurement_and_names_the_reason():
     assert "slower" in t4 and "no bf16 tensor cores" in t4
     fp16 = speed_verdict(Ratio(3.0, 2.8, 3.1), "fp16 autocast", "fp32", T4, "fp16")
     assert "3.0x faster" in fp16 and "tensor cores" in fp16
+
+
+def test_the_fp16_verdict_on_a_cpu_names_what_this_cpu_has(monkeypatch):
+    """The reason printed beside an fp16 timing is this CPU's flags, never a claim about every CPU."""
+    from minigpt import timing
+    from minigpt.device import DeviceInfo
+
+    cpu = DeviceInfo("cpu", "cpu", "a CPU", 8 * 2**30, True, True, True)
+    monkeypatch.setattr(timing, "cpu_fp16_hardware", lambda: [])
+    assert timing.why_precision_speed(cpu, "fp16") == (
+        "no fp16 instructions here (AVX512-FP16, AMX-FP16): fp16 is converted through fp32"
+    )
+    monkeypatch.setattr(timing, "cpu_fp16_hardware", lambda: ["amx_fp16", "avx512_fp16"])
+    assert timing.why_precision_speed(cpu, "fp16") == "fp16 instructions here: amx_fp16, avx512_fp16"
