@@ -36,7 +36,7 @@ from minigpt.memory import estimate, measure
 from minigpt.model import get_config
 from minigpt.plan import relative_step_time
 from minigpt.recompute import CHECKPOINTING_MODES
-from minigpt.step_time import SELECTIVE_RECOMPUTE_SHARE, forward_flops_per_token
+from minigpt.step_time import SELECTIVE_RECOMPUTE_SHARE
 from minigpt.style import mode_color
 from minigpt.train import TrainConfig, build_step_state, train_step
 
@@ -134,11 +134,12 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
             ]
         )
         plot.append((mode, time_ratio, theory_time, act_ratio, theory_act))
-    # the share of the blocks' forward that selective's measured ratio implies: ratio = (3 + share * blocks) / 3
-    flops = forward_flops_per_token(cfg_model, size["ctx"])
-    blocks = flops["blocks"] / (flops["blocks"] + flops["head"])
+    # the share of the blocks' forward that selective's measured ratio implies: the FLOP model's time grows
+    # linearly with the share, by (relative time at share 1) - 1 = blocks' FLOP share / 3
+    per_share = relative_step_time(cfg_model, size["ctx"], "selective", shares={"selective": 1.0}) - 1
+    blocks = 3 * per_share
     selective = next(ratio for mode, ratio, *_ in plot if mode == "selective")
-    implied_share = 3 * (selective - 1) / blocks
+    implied_share = (selective - 1) / per_share
 
     body = "\n\n".join(
         [

@@ -1,5 +1,10 @@
 import os
+import shutil
+import subprocess
+import sys
 import tempfile
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -45,7 +50,25 @@ def fixed_step_time_calibration():
 # mostly idle), its test moved last so that it waits for the run as little as possible.
 
 QUICK_RUN = "tests/test_benchmarks.py::test_quick_run_writes_results_and_plots"
-_quick_run: dict = {}
+
+
+@dataclass
+class QuickRun:
+    """The background run: its process, and the folder that holds its log, its results and its own cache."""
+
+    proc: subprocess.Popen
+    folder: Path
+
+    @property
+    def results(self) -> Path:
+        return self.folder / "results"
+
+    @property
+    def output(self) -> Path:
+        return self.folder / "output.txt"
+
+
+_quick_run: list[QuickRun] = []  # the session's one run, once started
 
 
 @pytest.hookimpl(trylast=True)
@@ -61,43 +84,36 @@ def pytest_collection_finish(session):
         start_quick_run()
 
 
-def start_quick_run() -> dict:
-    """The background run (started once): its process, output folder and log. Its own cache: the run builds its
-    own corpus and calibration, and never writes where the tests' fixed calibration is."""
+def start_quick_run() -> QuickRun:
+    """The background run (started once). Its own cache: the run builds its own corpus and calibration, and never
+    writes where the tests' fixed calibration is."""
     if not _quick_run:
-        import subprocess
-        import sys
-        from pathlib import Path
-
-        root = Path(__file__).resolve().parents[1]
         folder = Path(tempfile.mkdtemp(prefix="minigpt-quick-benchmarks-"))
         # One torch thread: the run only checks the code paths, and a second thread per process makes every
         # small op wait on a busy 2-core machine.
+        root = Path(__file__).resolve().parents[1]
         env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
         env["MINIGPT_CACHE"] = str(folder / "cache")
-        log = open(folder / "output.txt", "w")
         command = [sys.executable, "-m", "benchmarks.run_all", "--quick", "--out", str(folder / "results")]
-        proc = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
-        _quick_run.update(proc=proc, out=folder / "results", log=folder / "output.txt", folder=folder, file=log)
-    return _quick_run
+        with open(folder / "output.txt", "w") as log:  # the child keeps its own copy of the file
+            proc = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+        _quick_run.append(QuickRun(proc, folder))
+    return _quick_run[0]
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if _quick_run:
-        import shutil
-
-        if _quick_run["proc"].poll() is None:  # the session stopped early (-x, Ctrl-C): do not leave it running
-            _quick_run["proc"].kill()
-            _quick_run["proc"].wait()
-        _quick_run["file"].close()
-        shutil.rmtree(_quick_run["folder"], ignore_errors=True)
+    for run in _quick_run:
+        if run.proc.poll() is None:  # the session stopped early (-x, Ctrl-C): do not leave it running
+            run.proc.kill()
+            run.proc.wait()
+        shutil.rmtree(run.folder, ignore_errors=True)
 
 
 @pytest.fixture
-def quick_benchmark_run() -> dict:
+def quick_benchmark_run() -> QuickRun:
     """The quick run started after collection (or now, where the hook did not start it): waits for it to end."""
     run = start_quick_run()
-    run["proc"].wait(timeout=1800)  # a guard against hangs only: the run takes a few minutes
+    run.proc.wait(timeout=1800)  # a guard against hangs only: the run takes a few minutes
     return run
 
 

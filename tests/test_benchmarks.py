@@ -38,10 +38,9 @@ PLOTS = [
 
 def test_quick_run_writes_results_and_plots(quick_benchmark_run):
     # conftest starts the run when the tests are collected and runs this test last (see quick_benchmark_run)
-    run, output = quick_benchmark_run, quick_benchmark_run["log"].read_text()
-    assert run["proc"].returncode == 0, output[-6000:]
-    tmp_path = run["out"]
-    results = (tmp_path / "RESULTS.md").read_text()
+    run, output = quick_benchmark_run, quick_benchmark_run.output.read_text()
+    assert run.proc.returncode == 0, output[-6000:]
+    results = (run.results / "RESULTS.md").read_text()
     for heading in SECTIONS:
         assert f"## {heading}" in results, heading
     for row in ("| date ", "| torch ", "| device "):  # where and when the numbers were measured
@@ -52,7 +51,7 @@ def test_quick_run_writes_results_and_plots(quick_benchmark_run):
     assert results.count("| PASS ") + results.count("| FAIL ") >= 8
     assert "PASS" in output or "FAIL" in output
     for name in PLOTS:
-        png = tmp_path / name
+        png = run.results / name
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
         assert f"]({name})" in results
 
