@@ -23,7 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -34,6 +34,7 @@ from minigpt.config import TrainConfig
 from minigpt.corpus import default_cache_dir
 from minigpt.device import device_info
 from minigpt.files import write_atomically
+from minigpt.heap import tame_heap
 from minigpt.model import ModelConfig, count_params
 from minigpt.precision import precision_problem, probe_precision
 from minigpt.quantize import dequantize, quantize
@@ -45,21 +46,49 @@ from minigpt.step_time import (
     part_seconds,
     step_seconds,
 )
-from minigpt.timing import interleaved_seconds
+from minigpt.timing import clock, interleaved_seconds
 
-CALIBRATION_VERSION = 4  # bump when what is measured changes: older caches are measured again
+CALIBRATION_VERSION = 5  # bump when what is measured changes: older caches are measured again
 PRECISIONS = ("fp32", "bf16", "fp16", "bf16-pure")
 # Three steps per precision, (model, sequences of CTX tokens): two widths tell matmul FLOPs (which grow as the
 # width squared) from elementwise values (as the width), and two batches tell both (which grow with the tokens)
-# from the per-step cost of launching each layer's ops. A small vocabulary keeps the head from dominating.
-NARROW = ModelConfig(n_layer=2, n_head=2, n_embd=128, ctx=128, vocab_size=1024)
-WIDE = ModelConfig(n_layer=2, n_head=4, n_embd=256, ctx=128, vocab_size=1024)
-SHAPES = ((NARROW, 1), (WIDE, 1), (NARROW, 4))
+# from the per-step cost of launching each layer's ops. The presets' vocabulary and context, and widths from 10m's
+# to 30m's and past it: rates are measured at the sizes they predict. (Shapes of width 128-256 at ctx 128 with a
+# vocabulary of 1024 steps of a few ms each, spread 20-50% over the rounds: their rates predicted 10m's and 30m's
+# steps 13-82% too slow, benchmarks/RESULTS.md section 13 before this calibration.)
+NARROW = ModelConfig(n_layer=2, n_head=4, n_embd=256, ctx=256, vocab_size=8192)
+WIDE = ModelConfig(n_layer=2, n_head=8, n_embd=512, ctx=256, vocab_size=8192)
+SHAPES = ((NARROW, 1), (WIDE, 1), (NARROW, 2))
 LORA_RANK = 8
-CTX, ROUNDS = 128, 3
+CTX, ROUNDS = 256, 3
+# Two levers are timed on LONG_BATCH sequences of NARROW's, as 10m's 4 x 256, because what they cost depends on the
+# step's size, not only on its FLOPs: the chunked loss does the head's matmuls again in chunks (of 128 tokens here)
+# and saves the whole logits' fresh pages (at 1 x 256, chunks of 32 tokens, it cost 2.7 head forwards; at 10m's
+# 4 x 256, none measurable); offloading's cost per byte grew with the bytes (a step at 1 x 256 predicted 10m's
+# and 30m's offloading steps 21-24% too fast)
+LONG_BATCH = 4
+# A precision whose first step takes this many times fp32's is emulated on this device (fp16 on most CPUs): it is
+# timed at the first shape only and planned at fp32's rates times that ratio (never the fastest; its three shapes
+# would take most of a minute)
+EMULATED = 4.0
 OFFLOAD_BYTES = 32 * 2**20
 QUANTIZED_SHAPE = (1024, 1024)
 CHECKPOINTS = ("full", "sqrt", "selective")
+
+
+@contextlib.contextmanager
+def small_shapes() -> Iterator[None]:
+    """Within it, measure() times models of width 16-32 at ctx 32: its code paths in seconds, not rates worth keeping
+    (the benchmarks' quick run and the tests)."""
+    global NARROW, WIDE, SHAPES, CTX, OFFLOAD_BYTES, QUANTIZED_SHAPE
+    saved = NARROW, WIDE, SHAPES, CTX, OFFLOAD_BYTES, QUANTIZED_SHAPE
+    NARROW = ModelConfig(n_layer=1, n_head=1, n_embd=16, ctx=32, vocab_size=64)
+    WIDE = replace(NARROW, n_embd=32)
+    SHAPES, CTX, OFFLOAD_BYTES, QUANTIZED_SHAPE = ((NARROW, 1), (WIDE, 1), (NARROW, 2)), 32, 2**20, (64, 64)
+    try:
+        yield
+    finally:
+        NARROW, WIDE, SHAPES, CTX, OFFLOAD_BYTES, QUANTIZED_SHAPE = saved
 
 
 def cache_path(device_type: str) -> Path:
@@ -180,17 +209,48 @@ def _optimizer_step(state: StepState, batch: list, precision: str, device: torch
     return run
 
 
+def _emulated(supported: list[str], device: torch.device) -> set[str]:
+    """The precisions whose step at the first shape takes EMULATED times fp32's or more (one untimed step each)."""
+    model, batch = SHAPES[0]
+    seconds = {}
+    for precision in supported:
+        master = {"master_weights": True} if precision == "bf16-pure" else {}
+        state, xy = _state(model, batch, device, precision=precision, **master)
+        run = _under_trains_heap(_forward_backward(state, xy, precision, device), offloading=False)
+        run()  # a first step: kernels chosen, caches made
+        start = clock(device)
+        run()
+        seconds[precision] = clock(device) - start
+    return {p for p in supported if seconds[p] >= EMULATED * seconds["fp32"]}
+
+
+def _under_trains_heap(run: Callable[[], None], offloading: bool) -> Callable[[], None]:
+    """`run`, under the C heap's setting that train() gives such a step (minigpt.heap), set again at every call.
+
+    The setting is the process's and it stays: the offloader sets glibc's mmap threshold to 128 KiB for good, and
+    every later step then takes its large blocks as fresh pages (page faults), where a run of one micro-batch a step
+    keeps them in the heap. Measured here: a 10m step at 4 x 256 took 1.06-1.15 s in a fresh process and 1.44-1.70 s
+    after a calibration that left the offloader's threshold behind (170,000 page faults a step instead of 35,000)."""
+
+    def run_as_trained() -> None:
+        tame_heap(accumulating=offloading)  # 128 KiB as the offloader sets it, else 4 MiB (one micro-batch a step)
+        run()
+
+    return run_as_trained
+
+
 def measure(device: torch.device, rounds: int = ROUNDS) -> Calibration:
     """Time everything the plan needs, in `rounds` interleaved rounds after a warm-up round; see the module doc."""
     supported = [p for p in PRECISIONS if precision_problem(probe_precision(device, p)) is None]
     runs: dict[str, Callable[[], object]] = {}
     params: dict[str, int] = {}  # trained parameters of each optimizer step timed
+    emulated = _emulated(supported, device)
     for precision in supported:
         master = {"master_weights": True} if precision == "bf16-pure" else {}
-        for i, (model, batch) in enumerate(SHAPES):
+        for i, (model, batch) in enumerate(SHAPES[:1] if precision in emulated else SHAPES):
             state, xy = _state(model, batch, device, precision=precision, **master)
             runs[f"{precision} {i}"] = _forward_backward(state, xy, precision, device)
-            if model is WIDE:  # the optimizer of the widest model: the most parameters per tensor
+            if model is WIDE or (precision in emulated and model is NARROW):  # the most parameters per tensor
                 runs[f"{precision} optimizer"] = _optimizer_step(state, xy, precision, device)
                 params[precision] = sum(p.numel() for p in state.model.parameters())
     state, xy = _state(NARROW, 1, device)  # a second size of AdamW's step: its fixed cost from the two
@@ -201,12 +261,14 @@ def measure(device: torch.device, rounds: int = ROUNDS) -> Calibration:
     state, xy = _state(WIDE, 1, device)
     runs["fp32 train_step"] = _train_step(state, xy, device)
     levers = {"full": {"checkpointing": "full"}, "sqrt": {"checkpointing": "sqrt"}}
-    levers |= {"selective": {"checkpointing": "selective"}, "chunked": {"loss_chunks": 8}}
-    levers |= {"offload": {"offload_activations": True}}
+    levers |= {"selective": {"checkpointing": "selective"}}
     levers |= {f"lora {kind}": {"lora_rank": LORA_RANK, "base_dtype": kind} for kind in ("fp32", "int8", "nf4")}
     for name, lever in levers.items():
         state, xy = _state(WIDE, 1, device, **lever)
         runs[f"fp32 {name}"] = _forward_backward(state, xy, "fp32", device)
+    for name, lever in (("plain", {}), ("chunked", {"loss_chunks": 8}), ("offload", {"offload_activations": True})):
+        state, xy = _state(NARROW, LONG_BATCH, device, **lever)
+        runs[f"fp32 {name} x{LONG_BATCH}"] = _forward_backward(state, xy, "fp32", device)
     for mode in CHECKPOINTS:  # a second size: what a mode adds per block whatever its size
         state, xy = _state(NARROW, 1, device, checkpointing=mode)
         runs[f"fp32 {mode} narrow"] = _forward_backward(state, xy, "fp32", device)
@@ -218,6 +280,7 @@ def measure(device: torch.device, rounds: int = ROUNDS) -> Calibration:
     state, xy = _state(NARROW, 1, device, offload_activations=True)  # a second size: offloading's fixed part
     runs["fp32 offload narrow"] = _forward_backward(state, xy, "fp32", device)
     runs["offload"] = offload_round_trip(device, OFFLOAD_BYTES)  # the bytes alone: the least offloading adds
+    runs = {name: _under_trains_heap(run, "offload" in name) for name, run in runs.items()}
 
     # timing.clock: this process's CPU time on a CPU (other programs do not inflate it), the wall clock after the
     # queued work on a GPU; the warm-up round chooses kernels and makes caches and AdamW's state
@@ -249,7 +312,13 @@ def _fit(seconds: list[float]) -> tuple[float, float, float]:
 
 def _solve(t: dict, spread: dict, supported: list[str], params: dict[str, int], device_type: str) -> Calibration:
     """The calibration from the medians of the rounds."""
-    compute = {p: _fit([t[f"{p} {i}"] for i in range(len(SHAPES))]) for p in supported}
+    # fp32's three rates from its three shapes; another precision's are fp32's times the median ratio of its steps to
+    # fp32's at the same shapes (the first alone if it is EMULATED). Fitting three rates to each precision's own three
+    # noisy steps predicted 10m's and 30m's bf16-pure steps 20-22% too fast; the ratio, within 10%.
+    compute = {"fp32": _fit([t[f"fp32 {i}"] for i in range(len(SHAPES))])}
+    for p in supported:
+        ratio = statistics.median(t[f"{p} {i}"] / t[f"fp32 {i}"] for i in range(len(SHAPES)) if f"{p} {i}" in t)
+        compute[p] = tuple(rate * ratio for rate in compute["fp32"])
     for p in PRECISIONS:  # one the device cannot run is never planned, but every precision has a rate
         compute.setdefault(p, compute["fp32"])
     # AdamW's step at two sizes: seconds per parameter, and a fixed part (clipping's and the schedule's launches)
@@ -262,7 +331,7 @@ def _solve(t: dict, spread: dict, supported: list[str], params: dict[str, int], 
     around = max(0.0, t["fp32 train_step"] - t["fp32 1"] - t["fp32 optimizer"])  # train_step beyond its parts
     # each lever's extra time as a share of the forward of the part it redoes, from the fp32 rates (a forward is a
     # third of a forward + backward)
-    forward = _forward_seconds(WIDE, compute["fp32"])
+    head = _forward_seconds(NARROW, compute["fp32"], LONG_BATCH)["head"]
     recompute = {m: _recompute(t, m, compute["fp32"]) for m in CHECKPOINTS}
     adamw8bit = (t["adamw8bit optimizer"] - fixed) / wide
     if adamw8bit <= 0.0:  # the noise made the 8-bit step look cheaper than the fixed part: all of it per parameter
@@ -273,7 +342,7 @@ def _solve(t: dict, spread: dict, supported: list[str], params: dict[str, int], 
         optimizer_extra={p: max(0.0, per_param[p] - adamw) for p in supported},
         recompute={"none": 0.0} | {m: share for m, (share, _) in recompute.items()},
         recompute_per_layer={m: per_layer for m, (_, per_layer) in recompute.items()},
-        chunked_loss=max(0.0, (t["fp32 chunked"] - t["fp32 1"]) / forward["head"]),
+        chunked_loss=max(0.0, (t[f"fp32 chunked x{LONG_BATCH}"] - t[f"fp32 plain x{LONG_BATCH}"]) / head),
         unpack={kind: t[f"unpack {kind}"] / (QUANTIZED_SHAPE[0] * QUANTIZED_SHAPE[1]) for kind in ("int8", "nf4")},
         offload=2 * OFFLOAD_BYTES / t["offload"],
         per_step=fixed + around,
@@ -284,13 +353,13 @@ def _solve(t: dict, spread: dict, supported: list[str], params: dict[str, int], 
     lora_per_layer = _lora_per_layer(t, cal)
     with_lora = replace(cal, lora_per_layer=lora_per_layer)
     unpack = _unpack_in_a_step(t, with_lora)
-    return replace(with_lora, unpack=unpack, offload=offload, offload_per_layer=offload_fixed / WIDE.n_layer)
+    return replace(with_lora, unpack=unpack, offload=offload, offload_per_layer=offload_fixed / NARROW.n_layer)
 
 
-def _forward_seconds(model: ModelConfig, rates: tuple[float, float, float]) -> dict[str, float]:
-    """The forward alone of each part (the blocks, the head) of `model` at CTX tokens: a third of forward +
-    backward at these rates."""
-    matmuls, rest = part_seconds(model, CTX, CTX, rates)
+def _forward_seconds(model: ModelConfig, rates: tuple[float, float, float], batch: int = 1) -> dict[str, float]:
+    """The forward alone of each part (the blocks, the head) of `model` at `batch` sequences of CTX tokens: a third
+    of forward + backward at these rates."""
+    matmuls, rest = part_seconds(model, batch * CTX, CTX, rates)
     return {k: (matmuls[k] + rest[k]) / 3 for k in matmuls}
 
 
@@ -342,14 +411,15 @@ def _unpack_in_a_step(t: dict, cal: Calibration) -> dict[str, float]:
 
 def _offload_in_a_step(t: dict, cal: Calibration, device_type: str) -> tuple[float, float]:
     """(bytes per second of a round trip, fixed seconds a step) of --offload-activations, from a step with it at
-    two widths: its time beyond the plain step's against the bytes it moves (minigpt.memory). The fixed part is
-    the offloader's file or copy per saved tensor (per block: both widths have WIDE's blocks); the rate is at
-    most that of the bytes alone."""
+    1 and LONG_BATCH sequences of NARROW's: its time beyond the plain step's against the bytes it moves
+    (minigpt.memory). The fixed part is the offloader's file or copy per saved tensor (per block: both steps have
+    NARROW's blocks); the rate is at most that of the bytes alone."""
 
-    def moved(model: ModelConfig) -> int:
-        return memory.estimate(model, 1, CTX, "fp32", device=device_type, offload_activations=True).offloaded or 0
+    def moved(batch: int) -> int:
+        return memory.estimate(NARROW, batch, CTX, "fp32", device=device_type, offload_activations=True).offloaded or 0
 
-    points = [(moved(NARROW), t["fp32 offload narrow"] - t["fp32 0"]), (moved(WIDE), t["fp32 offload"] - t["fp32 1"])]
+    points = [(moved(1), t["fp32 offload narrow"] - t["fp32 0"])]
+    points.append((moved(LONG_BATCH), t[f"fp32 offload x{LONG_BATCH}"] - t[f"fp32 plain x{LONG_BATCH}"]))
     (small, extra_small), (large, extra_large) = points
     if large <= small or extra_large <= 0:
         return cal.offload, 0.0

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from minigpt import calibrate, memory
-from minigpt.model import ModelConfig, count_params, get_config
+from minigpt.model import count_params, get_config
 from minigpt.plan_budget import Levers, all_levers, family_model, plan_for_budget
 from minigpt.step_time import Calibration, step_seconds
 
@@ -129,16 +129,10 @@ def test_the_plan_names_its_rates_and_is_the_same_twice(tmp_path, monkeypatch):
 
 def test_a_real_calibration_runs_and_gives_positive_rates(monkeypatch):
     """The real measurement, one round on the smallest shapes: every rate there, none negative."""
-    small = ModelConfig(n_layer=1, n_head=1, n_embd=16, ctx=32, vocab_size=64)
-    wide = replace(small, n_embd=32)
-    monkeypatch.setattr(calibrate, "NARROW", small)
-    monkeypatch.setattr(calibrate, "WIDE", wide)
-    monkeypatch.setattr(calibrate, "SHAPES", ((small, 1), (wide, 1), (small, 2)))
-    monkeypatch.setattr(calibrate, "CTX", 32)
-    monkeypatch.setattr(calibrate, "OFFLOAD_BYTES", 2**20)
-    monkeypatch.setattr(calibrate, "QUANTIZED_SHAPE", (64, 64))
     monkeypatch.setattr(calibrate, "PRECISIONS", ("fp32", "bf16-pure"))  # fp16 is slow on a CPU: not the point
-    cal = calibrate.measure(torch.device("cpu"), rounds=1)
+    with calibrate.small_shapes():
+        cal = calibrate.measure(torch.device("cpu"), rounds=1)
+    assert calibrate.CTX == 256  # the shapes are back
     assert set(cal.compute) == {"fp32", "bf16-pure"}
     assert all(min(rates) >= 0 and rates[0] > 0 for rates in cal.compute.values())
     assert cal.optimizer["adamw"] > 0 and cal.optimizer["adamw8bit"] > 0 and cal.offload > 0
@@ -150,14 +144,14 @@ def _timings_of(truth: Calibration, device_type: str = "cpu") -> tuple[dict, dic
     """The medians measure() would find on a machine whose costs are exactly `truth` (fp32 only), and the
     parameter counts it would pass to _solve: what the calibration must give back."""
     wide, narrow = calibrate.WIDE, calibrate.NARROW
-    ctx = calibrate.CTX
+    ctx, long = calibrate.CTX, calibrate.LONG_BATCH
 
     def fb(model, batch=1, **levers) -> float:
         parts = step_seconds(model, batch * ctx, ctx, count_params(model), truth, **levers)
         return parts["compute"] + parts["recompute"] + parts["offload"]
 
-    def moved(model) -> int:
-        return memory.estimate(model, 1, ctx, "fp32", device=device_type, offload_activations=True).offloaded
+    def moved(model, batch=1) -> int:
+        return memory.estimate(model, batch, ctx, "fp32", device=device_type, offload_activations=True).offloaded
 
     fixed_optimizer, around = 1e-3, 5e-4  # the optimizer's fixed part; what train_step adds around its parts
     optimizer = {m: fixed_optimizer + truth.optimizer["adamw"] * count_params(m) for m in (narrow, wide)}
@@ -172,9 +166,10 @@ def _timings_of(truth: Calibration, device_type: str = "cpu") -> tuple[dict, dic
         "fp32 full": fb(wide, checkpointing="full"),
         "fp32 sqrt": fb(wide, checkpointing="sqrt"),
         "fp32 selective": fb(wide, checkpointing="selective"),
-        "fp32 chunked": fb(wide, loss_chunks=8),
+        f"fp32 plain x{calibrate.LONG_BATCH}": fb(narrow, calibrate.LONG_BATCH),
+        f"fp32 chunked x{calibrate.LONG_BATCH}": fb(narrow, calibrate.LONG_BATCH, loss_chunks=8),
         **{f"fp32 {m} narrow": fb(narrow, checkpointing=m) for m in calibrate.CHECKPOINTS},
-        "fp32 offload": fb(wide, offloaded_bytes=moved(wide)),
+        f"fp32 offload x{long}": fb(narrow, long, offloaded_bytes=moved(narrow, long)),
         "fp32 offload narrow": fb(narrow, offloaded_bytes=moved(narrow)),
         "offload": 2 * calibrate.OFFLOAD_BYTES / (4 * truth.offload),  # the bytes alone: faster than in a step
         "fp32 lora fp32 narrow": fb(narrow, lora_base="fp32", trained_params=1),
@@ -212,6 +207,30 @@ def test_the_calibration_gives_back_the_costs_of_a_machine_made_of_them():
     assert cal.offload_per_layer == pytest.approx(truth.offload_per_layer, rel=1e-6)
     assert cal.lora_per_layer == pytest.approx(truth.lora_per_layer, rel=1e-6)
     assert cal.unpack == pytest.approx(truth.unpack, rel=1e-6)
+
+
+def test_an_emulated_precision_is_planned_at_fp32s_rates_times_its_ratio():
+    """A precision timed at the first shape alone (many times fp32's step there: emulated, as fp16 on most CPUs)
+    gets fp32's three rates times its measured ratio at that shape, so every step is predicted that much slower."""
+    t, params = _timings_of(replace(TINY, compute={"fp32": (1e-11, 1e-9, 1e-3)}))
+    t |= {"fp16 0": 9 * t["fp32 0"], "fp16 optimizer": t["fp32 optimizer narrow"]}
+    params["fp16"] = params["fp32 narrow"]  # its optimizer timed on the first shape's model, as measure() does
+    cal = calibrate._solve(t, {}, ["fp32", "fp16"], params, "cpu")
+    assert cal.compute["fp16"] == pytest.approx(tuple(9 * rate for rate in cal.compute["fp32"]), rel=1e-9)
+    cfg = get_config("10m")
+    fp32, fp16 = (step_seconds(cfg, 512, 256, count_params(cfg), cal, p)["compute"] for p in ("fp32", "fp16"))
+    assert fp16 == pytest.approx(9 * fp32, rel=1e-9)
+
+
+def test_the_calibration_times_each_step_under_the_heap_train_gives_it(monkeypatch):
+    """The C heap's setting is the process's and it stays: a step timed after the offloader's 128 KiB threshold
+    takes its large blocks as fresh pages. Each timed call sets train()'s setting for its kind of step first."""
+    settings = []
+    monkeypatch.setattr(calibrate, "tame_heap", lambda accumulating: settings.append(accumulating))
+    plain = calibrate._under_trains_heap(lambda: settings.append("plain step"), offloading=False)
+    offloaded = calibrate._under_trains_heap(lambda: settings.append("offloading step"), offloading=True)
+    plain(), offloaded(), plain()
+    assert settings == [False, "plain step", True, "offloading step", False, "plain step"]
 
 
 @pytest.mark.parametrize("noise", ["wide step faster than narrow", "narrow step free", "8-bit step faster"])

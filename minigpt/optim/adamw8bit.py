@@ -49,7 +49,7 @@ import torch
 
 from minigpt.device import check_compile
 
-BLOCK = 256  # values sharing one fp32 scale (torchao's choice; bitsandbytes uses 2048)
+BLOCK = 256  # values sharing one fp32 scale (bitsandbytes since v0.44, and torchao; Dettmers et al. used 2048)
 MIN_QUANTIZED = 4096  # tensors with fewer values keep fp32 moments (bitsandbytes' default threshold)
 CHUNK = 2**20  # values updated at once (a multiple of BLOCK): the step's temporaries are a few chunks of fp32
 QUANTIZED_KEYS = ("exp_avg_codes", "exp_avg_scales", "exp_avg_sq_codes", "exp_avg_sq_scales")
