@@ -1,15 +1,17 @@
 """Calibrate the planner's clock: time real steps of the engine once per machine and torch, and keep the result.
 
 A lone matmul misses what a precision costs around it (autocast's casts, fp16's scaler, the elementwise ops),
-so this times the engine's own forward + backward of a small GPT at three shapes per precision and solves for
-seconds per FLOP, per elementwise value and per layer. Then what the step does beyond that: the optimizer step
-of each optimizer as the loop builds it (at two sizes: a cost per parameter and a fixed part), one whole
-train_step (its time beyond forward, backward and the optimizer), each checkpointing mode's and the chunked
-loss's extra time, LoRA on an fp32, an int8 and an nf4 base (the adapters' cost per block, then unpacking's
+so this times the engine's own forward + backward of two-block GPTs of the presets' widths and vocabulary at three
+shapes, and solves fp32's seconds per FLOP, per elementwise value and per layer; each other precision is fp32's
+rates times its measured ratio (an emulated one: its extra time per FLOP). Then what the step does beyond that:
+the optimizer step of each optimizer as the loop builds it (at two sizes: a cost per parameter and a fixed
+part), one whole train_step (its time beyond forward, backward and the optimizer), each checkpointing mode's and
+the chunked loss's extra time, LoRA on an fp32, an int8 and an nf4 base (the adapters' cost per block, then unpacking's
 per value) and a step with offloading (per byte and per block). A lever's cost is a difference between two
 timings of the same rounds, so the load of the moment, which moves both, mostly cancels. Each timing is
-repeated in interleaved rounds: the median is kept, (max - min) / median is its spread. The result is cached
-as JSON per device type; a cache from another machine or torch is measured again.
+repeated in interleaved rounds, each step under the C heap's setting train() gives it: the median is kept,
+(max - min) / median is its spread. The result is cached as JSON per device type; a cache from another machine or
+torch is measured again. benchmarks/RESULTS.md section 13 sets its predictions against measured steps.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -60,7 +62,7 @@ NARROW = ModelConfig(n_layer=2, n_head=4, n_embd=256, ctx=256, vocab_size=8192)
 WIDE = ModelConfig(n_layer=2, n_head=8, n_embd=512, ctx=256, vocab_size=8192)
 SHAPES = ((NARROW, 1), (WIDE, 1), (NARROW, 2))
 LORA_RANK = 8
-CTX, ROUNDS = 256, 3
+CTX, ROUNDS = 256, 5
 # Two levers are timed on LONG_BATCH sequences of NARROW's, as 10m's 4 x 256, because what they cost depends on the
 # step's size, not only on its FLOPs: the chunked loss does the head's matmuls again in chunks (of 128 tokens here)
 # and saves the whole logits' fresh pages (at 1 x 256, chunks of 32 tokens, it cost 2.7 head forwards; at 10m's
@@ -68,8 +70,8 @@ CTX, ROUNDS = 256, 3
 # and 30m's offloading steps 21-24% too fast)
 LONG_BATCH = 4
 # A precision whose first step takes this many times fp32's is emulated on this device (fp16 on most CPUs): it is
-# timed at the first shape only and planned at fp32's rates times that ratio (never the fastest; its three shapes
-# would take most of a minute)
+# timed once at the first shape, and planned with what it takes beyond fp32's there added per FLOP (see _solve;
+# never the fastest, and its rounds at three shapes would take most of a minute)
 EMULATED = 4.0
 OFFLOAD_BYTES = 32 * 2**20
 QUANTIZED_SHAPE = (1024, 1024)
@@ -209,8 +211,10 @@ def _optimizer_step(state: StepState, batch: list, precision: str, device: torch
     return run
 
 
-def _emulated(supported: list[str], device: torch.device) -> set[str]:
-    """The precisions whose step at the first shape takes EMULATED times fp32's or more (one untimed step each)."""
+def _emulated(supported: list[str], device: torch.device) -> dict[str, float]:
+    """Each precision whose step at the first shape takes EMULATED times fp32's or more, with that ratio: one
+    step of each after a first one (a precision that slow is never planned for speed, and more rounds of it would
+    take most of the calibration's time)."""
     model, batch = SHAPES[0]
     seconds = {}
     for precision in supported:
@@ -221,7 +225,7 @@ def _emulated(supported: list[str], device: torch.device) -> set[str]:
         start = clock(device)
         run()
         seconds[precision] = clock(device) - start
-    return {p for p in supported if seconds[p] >= EMULATED * seconds["fp32"]}
+    return {p: seconds[p] / seconds["fp32"] for p in supported if seconds[p] >= EMULATED * seconds["fp32"]}
 
 
 def _under_trains_heap(run: Callable[[], None], offloading: bool) -> Callable[[], None]:
@@ -245,12 +249,12 @@ def measure(device: torch.device, rounds: int = ROUNDS) -> Calibration:
     runs: dict[str, Callable[[], object]] = {}
     params: dict[str, int] = {}  # trained parameters of each optimizer step timed
     emulated = _emulated(supported, device)
-    for precision in supported:
+    for precision in (p for p in supported if p not in emulated):
         master = {"master_weights": True} if precision == "bf16-pure" else {}
-        for i, (model, batch) in enumerate(SHAPES[:1] if precision in emulated else SHAPES):
+        for i, (model, batch) in enumerate(SHAPES):
             state, xy = _state(model, batch, device, precision=precision, **master)
             runs[f"{precision} {i}"] = _forward_backward(state, xy, precision, device)
-            if model is WIDE or (precision in emulated and model is NARROW):  # the most parameters per tensor
+            if model is WIDE:  # the optimizer of the widest model: the most parameters per tensor
                 runs[f"{precision} optimizer"] = _optimizer_step(state, xy, precision, device)
                 params[precision] = sum(p.numel() for p in state.model.parameters())
     state, xy = _state(NARROW, 1, device)  # a second size of AdamW's step: its fixed cost from the two
@@ -287,7 +291,8 @@ def measure(device: torch.device, rounds: int = ROUNDS) -> Calibration:
     times = interleaved_seconds(runs, rounds, device)
     spread: dict[str, float] = {}
     t = {name: _median(ts, spread, name) for name, ts in times.items()}
-    return _solve(t, spread, supported, params, device.type)
+    t |= {f"{p} 0": ratio * t["fp32 0"] for p, ratio in emulated.items()}  # its ratio, as _solve reads them
+    return _solve(t, spread, supported, params, device.type, emulated)
 
 
 def _features(model: ModelConfig, batch: int) -> list[float]:
@@ -310,15 +315,24 @@ def _fit(seconds: list[float]) -> tuple[float, float, float]:
     return seconds[1] / _features(*SHAPES[1])[0], 0.0, 0.0  # per FLOP of the wide step, all of its time
 
 
-def _solve(t: dict, spread: dict, supported: list[str], params: dict[str, int], device_type: str) -> Calibration:
-    """The calibration from the medians of the rounds."""
+def _solve(
+    t: dict, spread: dict, supported: list[str], params: dict[str, int], device_type: str, emulated: Iterable = ()
+) -> Calibration:
+    """The calibration from the medians of the rounds; `emulated`: the precisions timed at the first shape alone."""
     # fp32's three rates from its three shapes; another precision's are fp32's times the median ratio of its steps to
-    # fp32's at the same shapes (the first alone if it is EMULATED). Fitting three rates to each precision's own three
-    # noisy steps predicted 10m's and 30m's bf16-pure steps 20-22% too fast; the ratio, within 10%.
+    # fp32's at the same shapes (fitting three rates to each precision's own noisy steps predicted 10m's and 30m's
+    # bf16-pure steps 20-22% too fast; the ratio, within 12-19%). An EMULATED one is slow in its matmuls alone: what its
+    # step at the first shape takes beyond fp32's is added per FLOP (fp16 on this course's CPUs: a ratio of the whole
+    # step predicted 30m's fp16 step 23% too fast; per FLOP, 10m's and 30m's within 10%).
     compute = {"fp32": _fit([t[f"fp32 {i}"] for i in range(len(SHAPES))])}
     for p in supported:
-        ratio = statistics.median(t[f"{p} {i}"] / t[f"fp32 {i}"] for i in range(len(SHAPES)) if f"{p} {i}" in t)
-        compute[p] = tuple(rate * ratio for rate in compute["fp32"])
+        if p in emulated:
+            per_flop, per_value, per_layer = compute["fp32"]
+            extra = (t[f"{p} 0"] - t["fp32 0"]) / _features(*SHAPES[0])[0]
+            compute[p] = (per_flop + max(0.0, extra), per_value, per_layer)
+        else:
+            ratio = statistics.median(t[f"{p} {i}"] / t[f"fp32 {i}"] for i in range(len(SHAPES)))
+            compute[p] = tuple(rate * ratio for rate in compute["fp32"])
     for p in PRECISIONS:  # one the device cannot run is never planned, but every precision has a rate
         compute.setdefault(p, compute["fp32"])
     # AdamW's step at two sizes: seconds per parameter, and a fixed part (clipping's and the schedule's launches)
@@ -327,7 +341,7 @@ def _solve(t: dict, spread: dict, supported: list[str], params: dict[str, int], 
     fixed = max(0.0, t["fp32 optimizer"] - adamw * wide)
     if adamw == 0.0 or fixed == 0.0:  # the noise hid one of the two parts: count all of the step per parameter
         adamw, fixed = t["fp32 optimizer"] / wide, 0.0
-    per_param = {p: max(0.0, t[f"{p} optimizer"] - fixed) / params[p] for p in supported}
+    per_param = {p: max(0.0, t[f"{p} optimizer"] - fixed) / params[p] for p in supported if p in params}
     around = max(0.0, t["fp32 train_step"] - t["fp32 1"] - t["fp32 optimizer"])  # train_step beyond its parts
     # each lever's extra time as a share of the forward of the part it redoes, from the fp32 rates (a forward is a
     # third of a forward + backward)
@@ -339,7 +353,7 @@ def _solve(t: dict, spread: dict, supported: list[str], params: dict[str, int], 
     cal = Calibration(
         compute=compute,
         optimizer={"adamw": adamw, "adamw8bit": adamw8bit},
-        optimizer_extra={p: max(0.0, per_param[p] - adamw) for p in supported},
+        optimizer_extra={p: max(0.0, per_param[p] - adamw) for p in per_param},
         recompute={"none": 0.0} | {m: share for m, (share, _) in recompute.items()},
         recompute_per_layer={m: per_layer for m, (_, per_layer) in recompute.items()},
         chunked_loss=max(0.0, (t[f"fp32 chunked x{LONG_BATCH}"] - t[f"fp32 plain x{LONG_BATCH}"]) / head),

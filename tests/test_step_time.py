@@ -209,17 +209,30 @@ def test_the_calibration_gives_back_the_costs_of_a_machine_made_of_them():
     assert cal.unpack == pytest.approx(truth.unpack, rel=1e-6)
 
 
-def test_an_emulated_precision_is_planned_at_fp32s_rates_times_its_ratio():
+def test_an_emulated_precision_costs_its_extra_time_per_flop():
     """A precision timed at the first shape alone (many times fp32's step there: emulated, as fp16 on most CPUs)
-    gets fp32's three rates times its measured ratio at that shape, so every step is predicted that much slower."""
+    is slow in its matmuls: what it took there beyond fp32's is added per FLOP, so a step of twice the FLOPs costs
+    twice that extra, and its elementwise and per-layer rates are fp32's."""
     t, params = _timings_of(replace(TINY, compute={"fp32": (1e-11, 1e-9, 1e-3)}))
-    t |= {"fp16 0": 9 * t["fp32 0"], "fp16 optimizer": t["fp32 optimizer narrow"]}
-    params["fp16"] = params["fp32 narrow"]  # its optimizer timed on the first shape's model, as measure() does
-    cal = calibrate._solve(t, {}, ["fp32", "fp16"], params, "cpu")
-    assert cal.compute["fp16"] == pytest.approx(tuple(9 * rate for rate in cal.compute["fp32"]), rel=1e-9)
+    t["fp16 0"] = 9 * t["fp32 0"]  # measure() puts its one timing there; it times no other step of it
+    cal = calibrate._solve(t, {}, ["fp32", "fp16"], params, "cpu", emulated={"fp16"})
+    flops = calibrate._features(*calibrate.SHAPES[0])[0]
+    assert cal.compute["fp16"][0] == pytest.approx(cal.compute["fp32"][0] + 8 * t["fp32 0"] / flops, rel=1e-9)
+    assert cal.compute["fp16"][1:] == cal.compute["fp32"][1:]
     cfg = get_config("10m")
     fp32, fp16 = (step_seconds(cfg, 512, 256, count_params(cfg), cal, p)["compute"] for p in ("fp32", "fp16"))
-    assert fp16 == pytest.approx(9 * fp32, rel=1e-9)
+    double = step_seconds(cfg, 1024, 256, count_params(cfg), cal, "fp16")["compute"]
+    fp32_double = step_seconds(cfg, 1024, 256, count_params(cfg), cal, "fp32")["compute"]
+    assert double - fp32_double == pytest.approx(2 * (fp16 - fp32), rel=1e-6)
+
+
+def test_another_precision_is_planned_at_fp32s_rates_times_its_median_ratio():
+    t, params = _timings_of(replace(TINY, compute={"fp32": (1e-11, 1e-9, 1e-3)}))
+    t |= {"bf16 0": 0.5 * t["fp32 0"], "bf16 1": 0.6 * t["fp32 1"], "bf16 2": 0.9 * t["fp32 2"]}
+    t["bf16 optimizer"] = t["fp32 optimizer"]
+    params["bf16"] = params["fp32"]
+    cal = calibrate._solve(t, {}, ["fp32", "bf16"], params, "cpu")
+    assert cal.compute["bf16"] == pytest.approx(tuple(0.6 * rate for rate in cal.compute["fp32"]), rel=1e-9)
 
 
 def test_the_calibration_times_each_step_under_the_heap_train_gives_it(monkeypatch):
