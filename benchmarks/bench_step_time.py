@@ -2,10 +2,10 @@
 
 Prediction: minigpt.step_time.step_seconds at a calibration (minigpt.calibrate) measured at the start of the run,
 in this process before anything else, as `minigpt plan` measures it (not cached: the plans' cache is left as it
-is). Measured: train_step of the real engine, each lever set in a fresh process of its own, as `minigpt train`
-runs it (the same heap setting, minigpt.heap), median of the steps after a warm-up, by the same clock as the
-calibration (minigpt.timing.clock: the process's CPU time on a CPU). A fresh process matters: timed in the
-process that had calibrated, 10m's fp32 step took 1.43-1.53 s, against 1.06-1.12 s in a process of its own.
+is). Measured: train_step of the real engine, each lever set in a fresh process of its own, as the command that
+`plan --budget` prints runs it (its MALLOC_MMAP_THRESHOLD_, minigpt.budget.MALLOC_SETTING, which the calibration
+times under too), median of the steps after a warm-up, by the same clock as the calibration (minigpt.timing.clock:
+the process's CPU time on a CPU). A fresh process matters: the C heap's state is the process's.
 Then for `plan --budget` on two budgets: every candidate that fits is measured, and the plan's pick is set
 against the fastest.
 
@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.benchlib import MIB, Check, Section, main_for, table
+from minigpt.budget import MALLOC_SETTING
 from minigpt.calibrate import measure, small_shapes
 from minigpt.config import TrainConfig
 from minigpt.data import TokenData
@@ -76,6 +77,7 @@ def measured_seconds(preset: str, batch: int, ctx: int, levers: Levers, device: 
     """Seconds of `steps` train_step calls after WARMUP ones, in a fresh Python process (see the module doc)."""
     job = json.dumps(dict(preset=preset, batch=batch, ctx=ctx, levers=asdict(levers), device=str(device), steps=steps))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env |= MALLOC_SETTING  # as the command `plan --budget` prints runs it
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.bench_step_time", "--one", job],
         capture_output=True,
@@ -93,7 +95,7 @@ def _measure_here(job: dict) -> list:
     """measured_seconds' child: the heap set as train() sets it, then the steps, on random tokens."""
     preset, batch, ctx, steps = job["preset"], job["batch"], job["ctx"], job["steps"]
     levers, device = Levers(**job["levers"]), torch.device(job["device"])
-    tame_heap(accumulating=False)  # one micro-batch a step, as minigpt train runs these
+    tame_heap(accumulating=False)  # as minigpt train: with MALLOC_SETTING in the environment, left as it says
     cfg = train_config(preset, batch, ctx, levers)
     state = build_step_state(get_config(preset), cfg, device)
     x = torch.randint(0, get_config(preset).vocab_size, (batch, ctx + 1), generator=torch.Generator().manual_seed(0))

@@ -9,7 +9,7 @@ part), one whole train_step (its time beyond forward, backward and the optimizer
 the chunked loss's extra time, LoRA on an fp32, an int8 and an nf4 base (the adapters' cost per block, then unpacking's
 per value) and a step with offloading (per byte and per block). A lever's cost is a difference between two
 timings of the same rounds, so the load of the moment, which moves both, mostly cancels. Each timing is
-repeated in interleaved rounds, each step under the C heap's setting train() gives it: the median is kept,
+repeated in interleaved rounds, each step under the C heap's setting of the command the plan prints: the median is kept,
 (max - min) / median is its spread. The result is cached as JSON per device type; a cache from another machine or
 torch is measured again. benchmarks/RESULTS.md section 13 sets its predictions against measured steps.
 """
@@ -32,11 +32,12 @@ from pathlib import Path
 import torch
 
 from minigpt import memory
+from minigpt.budget import MALLOC_SETTING
 from minigpt.config import TrainConfig
 from minigpt.corpus import default_cache_dir
 from minigpt.device import device_info
 from minigpt.files import write_atomically
-from minigpt.heap import tame_heap
+from minigpt.heap import MMAP_THRESHOLD_BYTES, set_mmap_threshold
 from minigpt.model import ModelConfig, count_params
 from minigpt.precision import precision_problem, probe_precision
 from minigpt.quantize import dequantize, quantize
@@ -50,7 +51,7 @@ from minigpt.step_time import (
 )
 from minigpt.timing import clock, interleaved_seconds
 
-CALIBRATION_VERSION = 5  # bump when what is measured changes: older caches are measured again
+CALIBRATION_VERSION = 6  # bump when what is measured changes: older caches are measured again
 PRECISIONS = ("fp32", "bf16", "fp16", "bf16-pure")
 # Three steps per precision, (model, sequences of CTX tokens): two widths tell matmul FLOPs (which grow as the
 # width squared) from elementwise values (as the width), and two batches tell both (which grow with the tokens)
@@ -220,7 +221,7 @@ def _emulated(supported: list[str], device: torch.device) -> dict[str, float]:
     for precision in supported:
         master = {"master_weights": True} if precision == "bf16-pure" else {}
         state, xy = _state(model, batch, device, precision=precision, **master)
-        run = _under_trains_heap(_forward_backward(state, xy, precision, device), offloading=False)
+        run = _under_the_commands_heap(_forward_backward(state, xy, precision, device), offloading=False)
         run()  # a first step: kernels chosen, caches made
         start = clock(device)
         run()
@@ -228,19 +229,21 @@ def _emulated(supported: list[str], device: torch.device) -> dict[str, float]:
     return {p: seconds[p] / seconds["fp32"] for p in supported if seconds[p] >= EMULATED * seconds["fp32"]}
 
 
-def _under_trains_heap(run: Callable[[], None], offloading: bool) -> Callable[[], None]:
-    """`run`, under the C heap's setting that train() gives such a step (minigpt.heap), set again at every call.
+def _under_the_commands_heap(run: Callable[[], None], offloading: bool) -> Callable[[], None]:
+    """`run`, under the C heap's setting of the `minigpt train` command the budget plan prints (budget.MALLOC_SETTING:
+    blocks of 64 KiB or more get pages of their own, so that the resident memory follows the live tensors), or the
+    offloader's 128 KiB where the step offloads, set again at every call.
 
-    The setting is the process's and it stays: the offloader sets glibc's mmap threshold to 128 KiB for good, and
-    every later step then takes its large blocks as fresh pages (page faults), where a run of one micro-batch a step
-    keeps them in the heap. Measured here: a 10m step at 4 x 256 took 1.06-1.15 s in a fresh process and 1.44-1.70 s
-    after a calibration that left the offloader's threshold behind (170,000 page faults a step instead of 35,000)."""
+    The setting is the process's and it stays, and it moves a step's time: blocks given pages of their own are fresh
+    pages (page faults) at every step. Measured on a 10m step at 4 x 256: 1.06-1.15 s with the heap serving blocks
+    up to 4 MiB, 1.44-1.70 s after the offloader's 128 KiB (170,000 page faults a step instead of 35,000)."""
+    threshold = MMAP_THRESHOLD_BYTES if offloading else int(MALLOC_SETTING["MALLOC_MMAP_THRESHOLD_"])
 
-    def run_as_trained() -> None:
-        tame_heap(accumulating=offloading)  # 128 KiB as the offloader sets it, else 4 MiB (one micro-batch a step)
+    def run_as_planned() -> None:
+        set_mmap_threshold(threshold)
         run()
 
-    return run_as_trained
+    return run_as_planned
 
 
 def measure(device: torch.device, rounds: int = ROUNDS) -> Calibration:
@@ -284,7 +287,7 @@ def measure(device: torch.device, rounds: int = ROUNDS) -> Calibration:
     state, xy = _state(NARROW, 1, device, offload_activations=True)  # a second size: offloading's fixed part
     runs["fp32 offload narrow"] = _forward_backward(state, xy, "fp32", device)
     runs["offload"] = offload_round_trip(device, OFFLOAD_BYTES)  # the bytes alone: the least offloading adds
-    runs = {name: _under_trains_heap(run, "offload" in name) for name, run in runs.items()}
+    runs = {name: _under_the_commands_heap(run, "offload" in name) for name, run in runs.items()}
 
     # timing.clock: this process's CPU time on a CPU (other programs do not inflate it), the wall clock after the
     # queued work on a GPU; the warm-up round chooses kernels and makes caches and AdamW's state

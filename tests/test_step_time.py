@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from minigpt import calibrate, memory
+from minigpt.budget import MALLOC_SETTING
+from minigpt.heap import MMAP_THRESHOLD_BYTES
 from minigpt.model import count_params, get_config
 from minigpt.plan_budget import Levers, all_levers, family_model, plan_for_budget
 from minigpt.step_time import Calibration, step_seconds
@@ -235,15 +237,17 @@ def test_another_precision_is_planned_at_fp32s_rates_times_its_median_ratio():
     assert cal.compute["bf16"] == pytest.approx(tuple(0.6 * rate for rate in cal.compute["fp32"]), rel=1e-9)
 
 
-def test_the_calibration_times_each_step_under_the_heap_train_gives_it(monkeypatch):
+def test_the_calibration_times_each_step_under_the_heap_of_the_planned_command(monkeypatch):
     """The C heap's setting is the process's and it stays: a step timed after the offloader's 128 KiB threshold
-    takes its large blocks as fresh pages. Each timed call sets train()'s setting for its kind of step first."""
+    takes its large blocks as fresh pages. Each timed call first sets what the plan's printed command runs under:
+    its MALLOC_MMAP_THRESHOLD_, or the offloader's 128 KiB for a step that offloads."""
     settings = []
-    monkeypatch.setattr(calibrate, "tame_heap", lambda accumulating: settings.append(accumulating))
-    plain = calibrate._under_trains_heap(lambda: settings.append("plain step"), offloading=False)
-    offloaded = calibrate._under_trains_heap(lambda: settings.append("offloading step"), offloading=True)
+    monkeypatch.setattr(calibrate, "set_mmap_threshold", settings.append)
+    plain = calibrate._under_the_commands_heap(lambda: settings.append("plain step"), offloading=False)
+    offloaded = calibrate._under_the_commands_heap(lambda: settings.append("offloading step"), offloading=True)
     plain(), offloaded(), plain()
-    assert settings == [False, "plain step", True, "offloading step", False, "plain step"]
+    command = int(MALLOC_SETTING["MALLOC_MMAP_THRESHOLD_"])
+    assert settings == [command, "plain step", MMAP_THRESHOLD_BYTES, "offloading step", command, "plain step"]
 
 
 @pytest.mark.parametrize("noise", ["wide step faster than narrow", "narrow step free", "8-bit step faster"])
