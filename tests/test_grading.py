@@ -96,14 +96,12 @@ class NotebookRun(Run):
 
     def result(self) -> tuple[int, str]:
         self.wait()
-        output = ANSI_COLOR.sub("", self.output.read_text())
-        if self.proc.returncode != 0 and KERNEL_DIED_STARTING in output:
+        if self.proc.returncode != 0 and KERNEL_DIED_STARTING in self.output.read_text():
             # the kernel died before it ran a cell (seen once in a full run, with a dozen kernels starting at once):
             # the notebook never ran, so it is run again, alone, once
             self.start()
             self.proc.wait()
-            output = ANSI_COLOR.sub("", self.output.read_text())
-        return self.proc.returncode, output
+        return self.proc.returncode, ANSI_COLOR.sub("", self.output.read_text())
 
 
 KERNEL_DIED_STARTING = "Kernel died before replying to kernel_info"
