@@ -7,6 +7,7 @@ times real steps of the engine; benchmarks/bench_step_time.py checks the predict
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
 from minigpt.model import ModelConfig
@@ -91,8 +92,13 @@ class Calibration:
         return max(self.spread.values(), default=0.0)
 
     def describe(self) -> str:
-        """One line: where the rates came from and how much their timings spread."""
-        return f"{self.source} (timings spread up to {self.worst_spread:.0%})"
+        """One line: where the rates came from and how much their timings spread over the rounds: the typical
+        (median) timing's spread, and the worst one's, named (a few tiny timings are the noisiest)."""
+        if not self.spread:
+            return self.source
+        worst = max(self.spread, key=self.spread.get)
+        typical = statistics.median(self.spread.values())
+        return f"{self.source} (timings spread {typical:.0%} typically, at most {self.worst_spread:.0%}: {worst})"
 
 
 def part_seconds(

@@ -279,3 +279,11 @@ def test_a_step_costs_its_fixed_part_and_its_levers_per_block():
     frozen = step_seconds(cfg, 512, 256, n, TINY, lora_base="fp32", trained_params=1000)
     assert fp32_base["compute"] - frozen["compute"] == pytest.approx(cfg.n_layer * 0.003)
     assert frozen["compute"] < plain["compute"]  # the frozen weights' gradients are not computed
+
+
+def test_describe_states_the_typical_and_the_worst_spread_and_names_the_worst():
+    # a tiny noisy timing must not stand for the calibration's spread: the median one is stated beside it
+    spread = {"fp32 0": 0.04, "fp32 1": 0.06, "fp32 2": 0.05, "fp32 optimizer": 0.07, "unpack nf4": 2.5}
+    line = replace(TINY, spread=spread).describe()
+    assert "6% typically" in line and "at most 250%: unpack nf4" in line and line.startswith("a test's")
+    assert replace(TINY, spread={}).describe() == "a test's"
