@@ -262,7 +262,7 @@ def add_step_shape_flags(p: argparse.ArgumentParser) -> None:
     add_field_flag(
         p, "offload_activations", action="store_true", help="saved activations to pinned host memory (CUDA) or disk"
     )
-    add_field_flag(p, "offload_dir", help="--offload-activations on a CPU: the temp folder's place (default: TMPDIR)")
+    add_field_flag(p, "offload_dir", help="--offload-activations on a CPU: the temp file's folder (default: TMPDIR)")
     add_field_flag(p, "shard", choices=list(SHARD_MODES), help="torchrun: split AdamW (zero1) or all state (fsdp)")
     add_field_flag(p, "optimizer", choices=list(OPTIMIZERS), help="adamw8bit: 8-bit moments, about 2 bytes a parameter")
     add_field_flag(

@@ -36,7 +36,7 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model: faster steps, fewer saved activations; the first step compiles
     loss_chunks: int = 1  # the loss head in N token chunks: the (tokens x vocabulary) logits never exist whole
     offload_activations: bool = False  # what autograd saves goes to pinned host memory (CUDA) or temp files (CPU)
-    offload_dir: str | None = None  # --offload-activations on a CPU: where the temp folder goes (default: TMPDIR)
+    offload_dir: str | None = None  # --offload-activations on a CPU: where the temp file goes (default: TMPDIR)
     shard: str = "none"  # none | zero1 | fsdp: what is split over the processes under torchrun (minigpt.distributed)
     dropout: float = 0.0
     steps: int = 100  # optimizer steps in total (a resumed run continues up to this number)

@@ -6,12 +6,12 @@ returns anything; `unpack` runs when the backward needs it and must give the sam
 - On CUDA, pack copies the tensor's bytes to pinned host memory (the mechanism of
   torch.autograd.graph.save_on_cpu) and unpack copies them back.
 - On a CPU, the device IS host memory, so we go one level down the memory hierarchy: pack writes the
-  bytes to a file in a temp folder and unpack reads them back. Written pages sit in the operating
+  bytes to a temp file and unpack reads them back. Written pages sit in the operating
   system's page cache, which is not this process's memory (RSS), and can go to disk when memory is short.
   Plain writes and reads (os.pwrite, os.preadv), not a memory map: mapped pages that stay resident would
-  count in the RSS. On POSIX the file's name (and its folder) is removed as soon as it is open, so the
-  bytes live as long as the process holds the file: nothing is left on disk after a crash or kill -9.
-  Elsewhere the folder is removed when the window ends, on success, on an error and on Ctrl-C.
+  count in the RSS. The file never has a name (tempfile.TemporaryFile: Linux's O_TMPFILE; elsewhere a name
+  removed the moment it is open), so its bytes live exactly as long as the process holds it open: nothing is
+  left on disk after a crash or kill -9, and closing it at the end of each window gives the space back.
 
 What moves: each saved floating-point tensor's whole storage (views of one storage are written once, and
 come back with their own sizes and strides, so the gradients are bitwise those of a run without it).
@@ -29,11 +29,11 @@ import contextlib
 import ctypes
 import errno
 import os
-import shutil
 import tempfile
 import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 import torch
 
@@ -45,7 +45,7 @@ OFFLOAD_MIN_BYTES = 1024
 
 
 class OffloadError(OSError):
-    """Offloading could not write or read its temp file (the disk is full, the folder went away)."""
+    """Offloading could not write or read its temp file (the disk is full, the disk failed)."""
 
 
 @dataclass
@@ -70,14 +70,16 @@ def _is_weight_copy(t: torch.Tensor) -> bool:
     )
 
 
-def make_offload_folder(parent: str | None = None) -> str:
-    """A new private temp folder for the offloaded bytes, in `parent` (default: TMPDIR); ValueError if impossible."""
+def open_offload_file(parent: str | None = None) -> BinaryIO:
+    """A new temp file without a name for the offloaded bytes, in `parent` (default: TMPDIR).
+
+    ValueError, saying what to do, if the folder cannot take one."""
     where = parent if parent is not None else tempfile.gettempdir()
     try:
-        return tempfile.mkdtemp(prefix="minigpt-offload-", dir=where)
+        return tempfile.TemporaryFile(dir=where, buffering=0)
     except OSError as err:
         raise ValueError(
-            f"--offload-activations: cannot make a temp folder in {where} ({err.strerror or err}); "
+            f"--offload-activations: cannot make a temp file in {where} ({err.strerror or err}); "
             "point --offload-dir (or TMPDIR) at a writable folder with room for the activations"
         ) from None
 
@@ -85,7 +87,7 @@ def make_offload_folder(parent: str | None = None) -> str:
 class ActivationOffloader:
     """Saved-tensor hooks that move a forward's saved tensors to host memory (CUDA) or a temp file (CPU).
 
-    Use as a context manager around forward AND backward (the temp folder lives that long and is removed
+    Use as a context manager around forward AND backward (the temp file lives that long and is closed
     on the way out, whatever happened); `saving()` around each forward; `release()` after each backward.
     """
 
@@ -99,7 +101,7 @@ class ActivationOffloader:
         self.device = torch.device(device)
         self.keep_ptrs = {t.untyped_storage().data_ptr() for t in keep}  # parameters and buffers
         self.parent, self.min_bytes = folder, min_bytes
-        self.folder: str | None = None
+        self._file: BinaryIO | None = None  # CPU: the temp file, open while the `with` block runs
         self._fd: int | None = None
         self._end = 0  # bytes in the temp file now
         self._stored: dict[tuple[int, int], _Stored] = {}  # (storage address, version) -> where it went
@@ -110,41 +112,25 @@ class ActivationOffloader:
         self.on_load = None  # for measure(): called with each storage read back, right after it is made
         self.on_store = None  # for measure(): called with each storage written out, before the device frees it
 
-    # -- the temp folder: made on entry, removed on exit (success, error or Ctrl-C) ----------------------
+    # -- the temp file: opened on entry, closed on exit (success, error or Ctrl-C) ------------------------
     def __enter__(self) -> ActivationOffloader:
         if self.device.type != "cuda":
             _give_freed_memory_back()
-            self.folder = make_offload_folder(self.parent)
-            try:
-                path = os.path.join(self.folder, "activations.bin")
-                self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-                if os.name == "posix":  # the open file needs no name: nothing is left on disk even after kill -9
-                    os.unlink(path)
-                    os.rmdir(self.folder)
-                    self.folder = None
-            except BaseException:
-                if self._fd is not None:
-                    os.close(self._fd)
-                    self._fd = None
-                if self.folder is not None:
-                    shutil.rmtree(self.folder, ignore_errors=True)
-                    self.folder = None
-                raise
+            self._file = open_offload_file(self.parent)
+            self._fd = self._file.fileno()
         return self
 
     def __exit__(self, *exc) -> None:
         self.release()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        if self.folder is not None:
-            shutil.rmtree(self.folder, ignore_errors=True)
-            self.folder = None
+        self._fd = None
+        if self._file is not None:
+            self._file.close()  # the file has no name: closing it frees its space
+            self._file = None
 
     def saving(self) -> torch.autograd.graph.saved_tensors_hooks:
         """The hooks, for one forward: what it saves goes through pack and comes back through unpack."""
         if self.device.type != "cuda" and self._fd is None:
-            raise RuntimeError("ActivationOffloader.saving() outside its `with` block: the temp folder is not there")
+            raise RuntimeError("ActivationOffloader.saving() outside its `with` block: the temp file is not open")
         return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
 
     def release(self) -> None:

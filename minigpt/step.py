@@ -14,7 +14,6 @@ No files and no printing here: the loop (minigpt.train) and the meters (minigpt.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,7 +25,7 @@ from minigpt.config import TrainConfig, lr_at
 from minigpt.data import TokenData
 from minigpt.lora import add_adapters, has_adapters, initial_sha256, load_trainable, trainable_state
 from minigpt.model import GPT, IGNORE_INDEX, ModelConfig
-from minigpt.offload import ActivationOffloader, make_offload_folder
+from minigpt.offload import ActivationOffloader, open_offload_file
 from minigpt.offload import saving as offload_saving
 from minigpt.optim import MasterWeights, make_optimizer
 from minigpt.optim.in_backward import StepInBackward
@@ -98,7 +97,7 @@ class StepState:
     forward: nn.Module  # what runs the forward: the model, or torch.compile(model) (same parameters)
     in_backward: StepInBackward | None = None  # --optimizer-in-backward: the hooks that step during backward
     offload_activations: bool = False  # --offload-activations: each window runs under a new_offloader
-    offload_dir: str | None = None  # where its temp folder goes on a CPU (None: TMPDIR)
+    offload_dir: str | None = None  # where its temp file goes on a CPU (None: TMPDIR)
 
     @property
     def train_params(self) -> list[torch.Tensor]:
@@ -142,7 +141,7 @@ def build_step_state(
     model.checkpointing = cfg.checkpointing
     model.loss_chunks = cfg.loss_chunks
     if cfg.offload_activations and device.type != "cuda":  # a folder we cannot write: say so before any work
-        os.rmdir(make_offload_folder(cfg.offload_dir))
+        open_offload_file(cfg.offload_dir).close()
     if cfg.precision == "bf16-pure":
         model.to(torch.bfloat16)  # weights, and so gradients and AdamW state, all in bf16
     fsdp = cfg.shard == "fsdp" and parallel.world_size() > 1
@@ -226,7 +225,7 @@ def train_step(
     """
     module = state.forward if module is None else module
     offload = new_offloader(state, device)
-    with offload or contextlib.nullcontext():  # its temp folder is removed however the window ends
+    with offload or contextlib.nullcontext():  # its temp file is closed (and so gone) however the window ends
         loss = forward_backward(module, micro_batches, device, precision, state.scaler, offload)
     grad_norm, lr, scale, skipped = optimizer_step(state, grad_clip)
     # Read loss and grad norm only now, with the whole step queued: each read waits for the GPU to catch up,

@@ -52,6 +52,52 @@ def test_gradients_are_bitwise_those_of_the_run_without_it(precision, mode, tmp_
     assert offloader.peak_offloaded_bytes > 0 and os.listdir(folder) == []  # it moved bytes, and left nothing
 
 
+def names_made_in(folder):
+    """A function that returns the raw events of names made in `folder` since this call (Linux's inotify; b"" for
+    none), or None where inotify is missing. Watching is exact where listing the folder at some moment is not."""
+    import ctypes
+    import ctypes.util
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    if not hasattr(libc, "inotify_init1"):
+        return None
+    fd = libc.inotify_init1(os.O_NONBLOCK)
+    in_create, in_moved_to = 0x100, 0x80
+    if fd < 0 or libc.inotify_add_watch(fd, str(folder).encode(), in_create | in_moved_to) < 0:
+        return None
+
+    def events() -> bytes:
+        try:
+            return os.read(fd, 65536)  # struct inotify_event records, each with the name made
+        except BlockingIOError:
+            return b""
+        finally:
+            os.close(fd)
+
+    return events
+
+
+def test_the_temp_file_never_has_a_name_even_for_a_moment(tmp_path):
+    """No name is ever made in --offload-dir, so a kill -9 at any moment leaves nothing behind. (A name removed
+    right after it is made leaves a window where a kill strands it: CI caught one once.)"""
+    cfg, x, y = tiny_batch()
+    state = step.build_step_state(
+        cfg, TrainConfig(preset="tiny", offload_activations=True, offload_dir=str(tmp_path)), CPU
+    )
+    made = names_made_in(tmp_path)
+    offloader = offload.ActivationOffloader(list(state.model.parameters()), CPU, str(tmp_path))
+    with offloader:
+        with offloader.saving():
+            loss = state.model(x, y)[1]
+        assert offloader.offloaded_bytes > 0 and os.listdir(tmp_path) == []  # bytes are out, no name is there
+        if os.path.exists(f"/proc/self/fd/{offloader._fd}"):  # Linux: the open file sits in that folder
+            assert os.readlink(f"/proc/self/fd/{offloader._fd}").startswith(str(tmp_path))
+        loss.backward()
+    assert offloader._fd is None and os.listdir(tmp_path) == []
+    if made is not None:
+        assert made() == b"", "a file or folder was named in --offload-dir, if only for a moment"
+
+
 @pytest.mark.parametrize("mode", CHECKPOINTING_MODES)
 @pytest.mark.parametrize("chunks", [1, 4])
 def test_what_moves_in_each_checkpointing_mode_is_what_the_table_says(mode, chunks):
@@ -113,7 +159,7 @@ def test_the_temp_files_go_on_error_and_on_ctrl_c(tmp_path, monkeypatch, error):
 
 
 def test_a_full_disk_is_one_clear_line_and_the_run_folder_keeps_its_checkpoint(tmp_path, monkeypatch, capsys):
-    """ENOSPC in the middle of a step: the temp folder goes, and the run's last checkpoint is untouched."""
+    """ENOSPC in the middle of a step: the temp file goes, and the run's last checkpoint is untouched."""
     common = ["--preset", "tiny", "--batch", "2", "--ctx", "16", "--out", str(tmp_path / "run")]
     assert main(["train", *common, "--steps", "2", "--json"]) == 0
     checkpoint = (tmp_path / "run" / "checkpoint.pt").read_bytes()
@@ -144,9 +190,7 @@ def test_no_writable_temp_folder_is_refused_before_training(tmp_path, capsys, wh
     argv = ["train", "--preset", "tiny", "--batch", "2", "--ctx", "16", "--steps", "1"]
     assert main([*argv, "--offload-activations", "--offload-dir", str(folder)]) == 2
     err = capsys.readouterr().err.strip()
-    assert (
-        err.startswith("minigpt train: error: --offload-activations: cannot make a temp folder in") and "\n" not in err
-    )
+    assert err.startswith("minigpt train: error: --offload-activations: cannot make a temp file in") and "\n" not in err
 
 
 def test_offload_dir_without_offloading_is_refused():
