@@ -19,11 +19,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, replace
@@ -39,6 +37,7 @@ from minigpt.device import device_info
 from minigpt.files import write_atomically
 from minigpt.heap import MMAP_THRESHOLD_BYTES, set_mmap_threshold
 from minigpt.model import ModelConfig, count_params
+from minigpt.offload import ActivationOffloader
 from minigpt.precision import precision_problem, probe_precision
 from minigpt.quantize import dequantize, quantize
 from minigpt.step import StepState, build_step_state, forward_backward, new_offloader, optimizer_step, train_step
@@ -51,7 +50,7 @@ from minigpt.step_time import (
 )
 from minigpt.timing import clock, interleaved_seconds
 
-CALIBRATION_VERSION = 6  # bump when what is measured changes: older caches are measured again
+CALIBRATION_VERSION = 7  # bump when what is measured changes: older caches are measured again
 PRECISIONS = ("fp32", "bf16", "fp16", "bf16-pure")
 # Three steps per precision, (model, sequences of CTX tokens): two widths tell matmul FLOPs (which grow as the
 # width squared) from elementwise values (as the width), and two batches tell both (which grow with the tokens)
@@ -77,6 +76,10 @@ EMULATED = 4.0
 OFFLOAD_BYTES = 32 * 2**20
 QUANTIZED_SHAPE = (1024, 1024)
 CHECKPOINTS = ("full", "sqrt", "selective")
+OFFLOAD_PRECISIONS = (
+    "bf16",
+    "bf16-pure",
+)  # offloading's rate timed in these too (where not emulated): see _alone_first
 
 
 @contextlib.contextmanager
@@ -273,9 +276,6 @@ def measure(device: torch.device, rounds: int = ROUNDS) -> Calibration:
     for name, lever in levers.items():
         state, xy = _state(WIDE, 1, device, **lever)
         runs[f"fp32 {name}"] = _forward_backward(state, xy, "fp32", device)
-    for name, lever in (("plain", {}), ("chunked", {"loss_chunks": 8}), ("offload", {"offload_activations": True})):
-        state, xy = _state(NARROW, LONG_BATCH, device, **lever)
-        runs[f"fp32 {name} x{LONG_BATCH}"] = _forward_backward(state, xy, "fp32", device)
     for mode in CHECKPOINTS:  # a second size: what a mode adds per block whatever its size
         state, xy = _state(NARROW, 1, device, checkpointing=mode)
         runs[f"fp32 {mode} narrow"] = _forward_backward(state, xy, "fp32", device)
@@ -284,18 +284,45 @@ def measure(device: torch.device, rounds: int = ROUNDS) -> Calibration:
     for kind in ("int8", "nf4"):  # unpacking alone: the least a LoRA step on this base adds
         q = quantize(torch.randn(QUANTIZED_SHAPE, device=device), kind)
         runs[f"unpack {kind}"] = lambda q=q: dequantize(q.codes, q.scales, q.shape, torch.float32)
-    state, xy = _state(NARROW, 1, device, offload_activations=True)  # a second size: offloading's fixed part
-    runs["fp32 offload narrow"] = _forward_backward(state, xy, "fp32", device)
     runs["offload"] = offload_round_trip(device, OFFLOAD_BYTES)  # the bytes alone: the least offloading adds
     runs = {name: _under_the_commands_heap(run, "offload" in name) for name, run in runs.items()}
 
     # timing.clock: this process's CPU time on a CPU (other programs do not inflate it), the wall clock after the
     # queued work on a GPU; the warm-up round chooses kernels and makes caches and AdamW's state
-    times = interleaved_seconds(runs, rounds, device)
+    times = _alone_first(device, rounds) | interleaved_seconds(runs, rounds, device)
     spread: dict[str, float] = {}
     t = {name: _median(ts, spread, name) for name, ts in times.items()}
     t |= {f"{p} 0": ratio * t["fp32 0"] for p, ratio in emulated.items()}  # its ratio, as _solve reads them
     return _solve(t, spread, supported, params, device.type, emulated)
+
+
+def _alone_first(device: torch.device, rounds: int) -> dict[str, list[float]]:
+    """The chunked loss and offloading (at two sizes: its cost per byte and per block), timed before any other
+    model is made, in rounds of their own with the plain steps they are set against: as a training process runs
+    them, with one model alive. Each lever's cost is the median of its rounds' differences to the plain step.
+
+    Offloading's cost per byte depends on what else the process holds: a NARROW step at 4 x 256 with offloading
+    cost 162 ms more than without in a process holding a few small models, 212 ms with the calibration's thirty
+    models alive, 280 ms timed among them (one process, quiet, 2 threads). Fresh processes paid 160-166 ms."""
+    runs = {}
+    levers = {"plain": {}, "chunked": {"loss_chunks": 8}, "offload": {"offload_activations": True}}
+    for name, lever in levers.items():
+        state, xy = _state(NARROW, LONG_BATCH, device, **lever)
+        runs[f"fp32 {name} x{LONG_BATCH}"] = _forward_backward(state, xy, "fp32", device)
+    for name, lever in (("plain", {}), ("offload", {"offload_activations": True})):  # a second size: the fixed part
+        state, xy = _state(NARROW, 1, device, **lever)
+        runs[f"fp32 {name} narrow"] = _forward_backward(state, xy, "fp32", device)
+    runs = {name: _under_the_commands_heap(run, "offload" in name) for name, run in runs.items()}
+    times = interleaved_seconds(runs, rounds, device)
+
+    def extra(lever: str, plain: str) -> list[float]:  # each round's difference: a slow round moves both
+        return [a - b for a, b in zip(times[lever], times[plain])]
+
+    long = f"x{LONG_BATCH}"
+    times[f"chunked extra {long}"] = extra(f"fp32 chunked {long}", f"fp32 plain {long}")
+    times[f"offload extra {long}"] = extra(f"fp32 offload {long}", f"fp32 plain {long}")
+    times["offload extra narrow"] = extra("fp32 offload narrow", "fp32 plain narrow")
+    return times
 
 
 def _features(model: ModelConfig, batch: int) -> list[float]:
@@ -359,7 +386,7 @@ def _solve(
         optimizer_extra={p: max(0.0, per_param[p] - adamw) for p in per_param},
         recompute={"none": 0.0} | {m: share for m, (share, _) in recompute.items()},
         recompute_per_layer={m: per_layer for m, (_, per_layer) in recompute.items()},
-        chunked_loss=max(0.0, (t[f"fp32 chunked x{LONG_BATCH}"] - t[f"fp32 plain x{LONG_BATCH}"]) / head),
+        chunked_loss=max(0.0, t[f"chunked extra x{LONG_BATCH}"] / head),
         unpack={kind: t[f"unpack {kind}"] / (QUANTIZED_SHAPE[0] * QUANTIZED_SHAPE[1]) for kind in ("int8", "nf4")},
         offload=2 * OFFLOAD_BYTES / t["offload"],
         per_step=fixed + around,
@@ -430,13 +457,12 @@ def _offload_in_a_step(t: dict, cal: Calibration, device_type: str) -> tuple[flo
     """(bytes per second of a round trip, fixed seconds a step) of --offload-activations, from a step with it at
     1 and LONG_BATCH sequences of NARROW's: its time beyond the plain step's against the bytes it moves
     (minigpt.memory). The fixed part is the offloader's file or copy per saved tensor (per block: both steps have
-    NARROW's blocks); the rate is at most that of the bytes alone."""
+    NARROW's blocks); the rate is at most that of the bytes alone. All four steps are _alone_first's."""
 
     def moved(batch: int) -> int:
         return memory.estimate(NARROW, batch, CTX, "fp32", device=device_type, offload_activations=True).offloaded or 0
 
-    points = [(moved(1), t["fp32 offload narrow"] - t["fp32 0"])]
-    points.append((moved(LONG_BATCH), t[f"fp32 offload x{LONG_BATCH}"] - t[f"fp32 plain x{LONG_BATCH}"]))
+    points = [(moved(1), t["offload extra narrow"]), (moved(LONG_BATCH), t[f"offload extra x{LONG_BATCH}"])]
     (small, extra_small), (large, extra_large) = points
     if large <= small or extra_large <= 0:
         return cal.offload, 0.0
@@ -448,8 +474,10 @@ def _offload_in_a_step(t: dict, cal: Calibration, device_type: str) -> tuple[flo
 
 
 def offload_round_trip(device: torch.device, n_bytes: int = OFFLOAD_BYTES) -> Callable[[], None]:
-    """A call that moves n_bytes out and back as --offload-activations does: a file on a CPU; on CUDA one copy
-    each way to a pinned host buffer made beforehand, as the offloader copies (timing.clock waits for them)."""
+    """A call that moves n_bytes out and back as --offload-activations does: on a CPU through the offloader's own
+    temp file (a folder and a named file made and removed at each call, as this once did, cost 31-95 ms for 32 MiB
+    from one run to the next, and capped the calibration's offloading rate at the slowest); on CUDA one copy each
+    way to a pinned host buffer made beforehand, as the offloader copies (timing.clock waits for them)."""
     data = torch.ones(n_bytes, dtype=torch.uint8, device=device)
     if device.type == "cuda":
         host = torch.empty(n_bytes, dtype=torch.uint8, pin_memory=True)
@@ -460,10 +488,12 @@ def offload_round_trip(device: torch.device, n_bytes: int = OFFLOAD_BYTES) -> Ca
 
         return pinned
 
-    def through_a_file() -> None:
-        with tempfile.TemporaryDirectory() as folder:
-            path = os.path.join(folder, "probe.bin")
-            data.numpy().tofile(path)
-            torch.from_file(path, size=n_bytes, dtype=torch.uint8).clone()
+    offloader = ActivationOffloader([], device)  # its own file and its own writes and reads, nothing else
+    back = torch.empty_like(data)
+
+    def through_a_file() -> None:  # as a window of training: a nameless file opened, written, read, closed
+        with offloader:
+            offloader._write(data.data_ptr(), n_bytes, 0)
+            offloader._read(back, 0)
 
     return through_a_file

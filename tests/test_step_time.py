@@ -173,6 +173,9 @@ def _timings_of(truth: Calibration, device_type: str = "cpu") -> tuple[dict, dic
         **{f"fp32 {m} narrow": fb(narrow, checkpointing=m) for m in calibrate.CHECKPOINTS},
         f"fp32 offload x{long}": fb(narrow, long, offloaded_bytes=moved(narrow, long)),
         "fp32 offload narrow": fb(narrow, offloaded_bytes=moved(narrow)),
+        "offload extra narrow": fb(narrow, offloaded_bytes=moved(narrow)) - fb(narrow),  # _alone_first's
+        f"offload extra x{long}": fb(narrow, long, offloaded_bytes=moved(narrow, long)) - fb(narrow, long),
+        f"chunked extra x{long}": fb(narrow, long, loss_chunks=8) - fb(narrow, long),
         "offload": 2 * calibrate.OFFLOAD_BYTES / (4 * truth.offload),  # the bytes alone: faster than in a step
         "fp32 lora fp32 narrow": fb(narrow, lora_base="fp32", trained_params=1),
         **{f"fp32 lora {kind}": seconds for kind, seconds in lora.items()},
