@@ -98,7 +98,7 @@ class Calibration:
             return self.source
         worst = max(self.spread, key=self.spread.get)
         typical = statistics.median(self.spread.values())
-        return f"{self.source} (timings spread {typical:.0%} typically, at most {self.worst_spread:.0%}: {worst})"
+        return f"{self.source} (timings spread {typical:.0%} typically, at most {self.spread[worst]:.0%}: {worst})"
 
 
 def part_seconds(
