@@ -76,10 +76,6 @@ EMULATED = 4.0
 OFFLOAD_BYTES = 32 * 2**20
 QUANTIZED_SHAPE = (1024, 1024)
 CHECKPOINTS = ("full", "sqrt", "selective")
-OFFLOAD_PRECISIONS = (
-    "bf16",
-    "bf16-pure",
-)  # offloading's rate timed in these too (where not emulated): see _alone_first
 
 
 @contextlib.contextmanager
