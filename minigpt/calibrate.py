@@ -50,7 +50,7 @@ from minigpt.step_time import (
 )
 from minigpt.timing import clock, interleaved_seconds
 
-CALIBRATION_VERSION = 7  # bump when what is measured changes: older caches are measured again
+CALIBRATION_VERSION = 8  # bump when what is measured changes: older caches are measured again
 PRECISIONS = ("fp32", "bf16", "fp16", "bf16-pure")
 # Three steps per precision, (model, sequences of CTX tokens): two widths tell matmul FLOPs (which grow as the
 # width squared) from elementwise values (as the width), and two batches tell both (which grow with the tokens)
@@ -266,15 +266,9 @@ def measure(device: torch.device, rounds: int = ROUNDS) -> Calibration:
     runs["adamw8bit optimizer"] = _optimizer_step(state, xy, "fp32", device)
     state, xy = _state(WIDE, 1, device)
     runs["fp32 train_step"] = _train_step(state, xy, device)
-    levers = {"full": {"checkpointing": "full"}, "sqrt": {"checkpointing": "sqrt"}}
-    levers |= {"selective": {"checkpointing": "selective"}}
-    levers |= {f"lora {kind}": {"lora_rank": LORA_RANK, "base_dtype": kind} for kind in ("fp32", "int8", "nf4")}
-    for name, lever in levers.items():
-        state, xy = _state(WIDE, 1, device, **lever)
-        runs[f"fp32 {name}"] = _forward_backward(state, xy, "fp32", device)
-    for mode in CHECKPOINTS:  # a second size: what a mode adds per block whatever its size
-        state, xy = _state(NARROW, 1, device, checkpointing=mode)
-        runs[f"fp32 {mode} narrow"] = _forward_backward(state, xy, "fp32", device)
+    for kind in ("fp32", "int8", "nf4"):
+        state, xy = _state(WIDE, 1, device, lora_rank=LORA_RANK, base_dtype=kind)
+        runs[f"fp32 lora {kind}"] = _forward_backward(state, xy, "fp32", device)
     state, xy = _state(NARROW, 1, device, lora_rank=LORA_RANK)  # a second size: the adapters' own cost
     runs["fp32 lora fp32 narrow"] = _forward_backward(state, xy, "fp32", device)
     for kind in ("int8", "nf4"):  # unpacking alone: the least a LoRA step on this base adds
@@ -293,31 +287,30 @@ def measure(device: torch.device, rounds: int = ROUNDS) -> Calibration:
 
 
 def _alone_first(device: torch.device, rounds: int) -> dict[str, list[float]]:
-    """The chunked loss and offloading (at two sizes: its cost per byte and per block), timed before any other
-    model is made, in rounds of their own with the plain steps they are set against: as a training process runs
-    them, with one model alive. Each lever's cost is the median of its rounds' differences to the plain step.
+    """The chunked loss, offloading and each checkpointing mode (the last two at two sizes: a cost per byte or per
+    forward, and per block), timed before any other model is made, in rounds of their own with the plain steps they
+    are set against: as a training process runs them, with one model alive. Each lever's cost is the median of its
+    rounds' differences to the plain step.
 
     Offloading's cost per byte depends on what else the process holds: a NARROW step at 4 x 256 with offloading
     cost 162 ms more than without in a process holding a few small models, 212 ms with the calibration's thirty
     models alive, 280 ms timed among them (one process, quiet, 2 threads). Fresh processes paid 160-166 ms."""
-    runs = {}
+    runs, long = {}, f"x{LONG_BATCH}"
     levers = {"plain": {}, "chunked": {"loss_chunks": 8}, "offload": {"offload_activations": True}}
-    for name, lever in levers.items():
-        state, xy = _state(NARROW, LONG_BATCH, device, **lever)
-        runs[f"fp32 {name} x{LONG_BATCH}"] = _forward_backward(state, xy, "fp32", device)
-    for name, lever in (("plain", {}), ("offload", {"offload_activations": True})):  # a second size: the fixed part
-        state, xy = _state(NARROW, 1, device, **lever)
-        runs[f"fp32 {name} narrow"] = _forward_backward(state, xy, "fp32", device)
+    levers |= {mode: {"checkpointing": mode} for mode in CHECKPOINTS}
+    for name, lever in levers.items():  # at two sizes (but the chunked loss): a cost per unit and a fixed part
+        for batch, size in ((LONG_BATCH, long), (1, "narrow"))[: 1 if name == "chunked" else 2]:
+            state, xy = _state(NARROW, batch, device, **lever)
+            runs[f"fp32 {name} {size}"] = _forward_backward(state, xy, "fp32", device)
     runs = {name: _under_the_commands_heap(run, "offload" in name) for name, run in runs.items()}
     times = interleaved_seconds(runs, rounds, device)
 
     def extra(lever: str, plain: str) -> list[float]:  # each round's difference: a slow round moves both
         return [a - b for a, b in zip(times[lever], times[plain])]
 
-    long = f"x{LONG_BATCH}"
-    times[f"chunked extra {long}"] = extra(f"fp32 chunked {long}", f"fp32 plain {long}")
-    times[f"offload extra {long}"] = extra(f"fp32 offload {long}", f"fp32 plain {long}")
-    times["offload extra narrow"] = extra("fp32 offload narrow", "fp32 plain narrow")
+    for name in levers:
+        for size in (long, "narrow")[: 1 if name == "chunked" else 2]:
+            times[f"{name} extra {size}"] = extra(f"fp32 {name} {size}", f"fp32 plain {size}")
     return times
 
 
@@ -404,17 +397,19 @@ def _forward_seconds(model: ModelConfig, rates: tuple[float, float, float], batc
 
 
 def _recompute(t: dict, mode: str, rates: tuple[float, float, float]) -> tuple[float, float]:
-    """(share of the blocks' forward, seconds per block) a checkpointing mode adds, from its step's time beyond
-    the plain step's at two widths (both have WIDE's blocks). Noise that makes either negative puts it all in
-    the other."""
-    extra_narrow, extra_wide = t[f"fp32 {mode} narrow"] - t["fp32 0"], t[f"fp32 {mode}"] - t["fp32 1"]
-    narrow, wide = (_forward_seconds(model, rates)["blocks"] for model in (NARROW, WIDE))
-    share = (extra_wide - extra_narrow) / (wide - narrow)
-    per_layer = (extra_wide - share * wide) / WIDE.n_layer
+    """(share of the blocks' forward, seconds per block) a checkpointing mode adds, from _alone_first's paired
+    differences at 1 and LONG_BATCH sequences of NARROW's (both have its blocks). Noise that makes either negative
+    puts it all in the other. (Fitted instead to NARROW's and WIDE's steps at 1 x 256, each timed apart from the
+    plain step, the share moved from 0.61 to 1.47 between calibrations and predicted 10m's full checkpointing 11-28%
+    too cheap: at 4 x 256, 10m, NARROW and WIDE all paid 1.2-1.5 forwards of their blocks, measured in one process.)"""
+    extra_narrow, extra_long = t[f"{mode} extra narrow"], t[f"{mode} extra x{LONG_BATCH}"]
+    narrow, long = (_forward_seconds(NARROW, rates, batch)["blocks"] for batch in (1, LONG_BATCH))
+    share = (extra_long - extra_narrow) / (long - narrow)
+    per_layer = (extra_long - share * long) / NARROW.n_layer
     if share < 0:
-        return 0.0, max(0.0, extra_wide / WIDE.n_layer)
+        return 0.0, max(0.0, extra_long / NARROW.n_layer)
     if per_layer < 0:
-        return max(0.0, extra_wide / wide), 0.0
+        return max(0.0, extra_long / long), 0.0
     return share, per_layer
 
 
