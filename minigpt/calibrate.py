@@ -23,7 +23,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -69,10 +69,14 @@ CTX, ROUNDS = 256, 5
 # 4 x 256, none measurable); offloading's cost per byte grew with the bytes (a step at 1 x 256 predicted 10m's
 # and 30m's offloading steps 21-24% too fast)
 LONG_BATCH = 4
-# A precision whose first step takes this many times fp32's is emulated on this device (fp16 on most CPUs): it is
-# timed once at the first shape, and planned with what it takes beyond fp32's there added per FLOP (see _solve;
-# never the fastest, and its rounds at three shapes would take most of a minute)
+# A precision whose step takes this many times fp32's is emulated on this device (fp16 on most CPUs): it is timed
+# once, on EMULATION_SHAPE, and planned with what it takes beyond fp32's there added per FLOP (see _solve; never the
+# fastest, and its rounds at three shapes would take most of a minute). What fp16 adds per FLOP on this course's AMD
+# CPU depends on the head's share of the FLOPs (its matmul costs more per FLOP emulated): 218-267 ps on NARROW (2
+# blocks, the head 53% of the FLOPs), 207-209 ps with 4 or 6 blocks, 189-194 ps in 10m's step, 219 ps in 30m's (at
+# ctx 512). NARROW on two blocks predicted 10m's fp16 step 23% too slow; six blocks (the head 27%) sit between.
 EMULATED = 4.0
+EMULATION_SHAPE = (ModelConfig(n_layer=6, n_head=4, n_embd=256, ctx=256, vocab_size=8192), 1)
 OFFLOAD_BYTES = 32 * 2**20
 QUANTIZED_SHAPE = (1024, 1024)
 CHECKPOINTS = ("full", "sqrt", "selective")
@@ -82,15 +86,16 @@ CHECKPOINTS = ("full", "sqrt", "selective")
 def small_shapes() -> Iterator[None]:
     """Within it, measure() times models of width 16-32 at ctx 32: its code paths in seconds, not rates worth keeping
     (the benchmarks' quick run and the tests)."""
-    global NARROW, WIDE, SHAPES, CTX, OFFLOAD_BYTES, QUANTIZED_SHAPE
-    saved = NARROW, WIDE, SHAPES, CTX, OFFLOAD_BYTES, QUANTIZED_SHAPE
+    global NARROW, WIDE, SHAPES, EMULATION_SHAPE, CTX, OFFLOAD_BYTES, QUANTIZED_SHAPE
+    saved = NARROW, WIDE, SHAPES, EMULATION_SHAPE, CTX, OFFLOAD_BYTES, QUANTIZED_SHAPE
     NARROW = ModelConfig(n_layer=1, n_head=1, n_embd=16, ctx=32, vocab_size=64)
     WIDE = replace(NARROW, n_embd=32)
-    SHAPES, CTX, OFFLOAD_BYTES, QUANTIZED_SHAPE = ((NARROW, 1), (WIDE, 1), (NARROW, 2)), 32, 2**20, (64, 64)
+    SHAPES, EMULATION_SHAPE = ((NARROW, 1), (WIDE, 1), (NARROW, 2)), (replace(NARROW, n_layer=2), 1)
+    CTX, OFFLOAD_BYTES, QUANTIZED_SHAPE = 32, 2**20, (64, 64)
     try:
         yield
     finally:
-        NARROW, WIDE, SHAPES, CTX, OFFLOAD_BYTES, QUANTIZED_SHAPE = saved
+        NARROW, WIDE, SHAPES, EMULATION_SHAPE, CTX, OFFLOAD_BYTES, QUANTIZED_SHAPE = saved
 
 
 def cache_path(device_type: str) -> Path:
@@ -212,10 +217,10 @@ def _optimizer_step(state: StepState, batch: list, precision: str, device: torch
 
 
 def _emulated(supported: list[str], device: torch.device) -> dict[str, float]:
-    """Each precision whose step at the first shape takes EMULATED times fp32's or more, with that ratio: one
-    step of each after a first one (a precision that slow is never planned for speed, and more rounds of it would
-    take most of the calibration's time)."""
-    model, batch = SHAPES[0]
+    """Each precision whose step on EMULATION_SHAPE takes EMULATED times fp32's or more, with what it takes beyond
+    fp32's there per FLOP: one step of each after a first one (a precision that slow is never planned for speed,
+    and more rounds of it would take most of the calibration's time)."""
+    model, batch = EMULATION_SHAPE
     seconds = {}
     for precision in supported:
         master = {"master_weights": True} if precision == "bf16-pure" else {}
@@ -225,7 +230,9 @@ def _emulated(supported: list[str], device: torch.device) -> dict[str, float]:
         start = clock(device)
         run()
         seconds[precision] = clock(device) - start
-    return {p: seconds[p] / seconds["fp32"] for p in supported if seconds[p] >= EMULATED * seconds["fp32"]}
+    flops = _features(model, batch)[0]
+    slow = [p for p in supported if seconds[p] >= EMULATED * seconds["fp32"]]
+    return {p: (seconds[p] - seconds["fp32"]) / flops for p in slow}
 
 
 def _under_the_commands_heap(run: Callable[[], None], offloading: bool) -> Callable[[], None]:
@@ -282,7 +289,6 @@ def measure(device: torch.device, rounds: int = ROUNDS) -> Calibration:
     times = _alone_first(device, rounds) | interleaved_seconds(runs, rounds, device)
     spread: dict[str, float] = {}
     t = {name: _median(ts, spread, name) for name, ts in times.items()}
-    t |= {f"{p} 0": ratio * t["fp32 0"] for p, ratio in emulated.items()}  # its ratio, as _solve reads them
     return _solve(t, spread, supported, params, device.type, emulated)
 
 
@@ -335,20 +341,20 @@ def _fit(seconds: list[float]) -> tuple[float, float, float]:
 
 
 def _solve(
-    t: dict, spread: dict, supported: list[str], params: dict[str, int], device_type: str, emulated: Iterable = ()
+    t: dict, spread: dict, supported: list[str], params: dict[str, int], device_type: str, emulated: dict | None = None
 ) -> Calibration:
-    """The calibration from the medians of the rounds; `emulated`: the precisions timed at the first shape alone."""
+    """The calibration from the medians of the rounds; `emulated`: each precision timed on EMULATION_SHAPE alone,
+    with its extra seconds per FLOP there."""
     # fp32's three rates from its three shapes; another precision's are fp32's times the median ratio of its steps to
     # fp32's at the same shapes (fitting three rates to each precision's own noisy steps predicted 10m's and 30m's
     # bf16-pure steps 20-22% too fast; the ratio, within 12-19%). An EMULATED one is slow in its matmuls alone: what its
-    # step at the first shape takes beyond fp32's is added per FLOP (fp16 on this course's CPUs: a ratio of the whole
+    # step on EMULATION_SHAPE takes beyond fp32's is added per FLOP (fp16 on this course's CPUs: a ratio of the whole
     # step predicted 30m's fp16 step 23% too fast; per FLOP, 10m's and 30m's within 10%).
-    compute = {"fp32": _fit([t[f"fp32 {i}"] for i in range(len(SHAPES))])}
+    compute, emulated = {"fp32": _fit([t[f"fp32 {i}"] for i in range(len(SHAPES))])}, emulated or {}
     for p in supported:
         if p in emulated:
             per_flop, per_value, per_layer = compute["fp32"]
-            extra = (t[f"{p} 0"] - t["fp32 0"]) / _features(*SHAPES[0])[0]
-            compute[p] = (per_flop + max(0.0, extra), per_value, per_layer)
+            compute[p] = (per_flop + max(0.0, emulated[p]), per_value, per_layer)
         else:
             ratio = statistics.median(t[f"{p} {i}"] / t[f"fp32 {i}"] for i in range(len(SHAPES)))
             compute[p] = tuple(rate * ratio for rate in compute["fp32"])

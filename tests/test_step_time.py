@@ -213,20 +213,36 @@ def test_the_calibration_gives_back_the_costs_of_a_machine_made_of_them():
 
 
 def test_an_emulated_precision_costs_its_extra_time_per_flop():
-    """A precision timed at the first shape alone (many times fp32's step there: emulated, as fp16 on most CPUs)
-    is slow in its matmuls: what it took there beyond fp32's is added per FLOP, so a step of twice the FLOPs costs
-    twice that extra, and its elementwise and per-layer rates are fp32's."""
+    """A precision timed on one shape alone (many times fp32's step there: emulated, as fp16 on most CPUs) is slow
+    in its matmuls: what it took there beyond fp32's, per FLOP, is added to fp32's rate per FLOP, so a step of twice
+    the FLOPs costs twice that extra, and its elementwise and per-layer rates are fp32's."""
     t, params = _timings_of(replace(TINY, compute={"fp32": (1e-11, 1e-9, 1e-3)}))
-    t["fp16 0"] = 9 * t["fp32 0"]  # measure() puts its one timing there; it times no other step of it
-    cal = calibrate._solve(t, {}, ["fp32", "fp16"], params, "cpu", emulated={"fp16"})
-    flops = calibrate._features(*calibrate.SHAPES[0])[0]
-    assert cal.compute["fp16"][0] == pytest.approx(cal.compute["fp32"][0] + 8 * t["fp32 0"] / flops, rel=1e-9)
+    cal = calibrate._solve(t, {}, ["fp32", "fp16"], params, "cpu", emulated={"fp16": 2e-10})
+    assert cal.compute["fp16"][0] == pytest.approx(cal.compute["fp32"][0] + 2e-10, rel=1e-9)
     assert cal.compute["fp16"][1:] == cal.compute["fp32"][1:]
     cfg = get_config("10m")
     fp32, fp16 = (step_seconds(cfg, 512, 256, count_params(cfg), cal, p)["compute"] for p in ("fp32", "fp16"))
     double = step_seconds(cfg, 1024, 256, count_params(cfg), cal, "fp16")["compute"]
     fp32_double = step_seconds(cfg, 1024, 256, count_params(cfg), cal, "fp32")["compute"]
     assert double - fp32_double == pytest.approx(2 * (fp16 - fp32), rel=1e-6)
+
+
+def test_the_emulation_probe_gives_the_extra_seconds_per_flop_of_a_slow_precision(monkeypatch):
+    """_emulated times each precision's step on EMULATION_SHAPE: one EMULATED times fp32's or slower is returned with
+    (its seconds - fp32's) / the step's FLOPs; a fast one is not returned."""
+    took = {"fp32": 1.0, "bf16": 1.5, "fp16": 9.0}
+    current = {}
+
+    def state(model, batch, device, precision="fp32", **levers):
+        current["precision"] = precision
+        return None, None
+
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(calibrate, "_state", state)
+    monkeypatch.setattr(calibrate, "_forward_backward", lambda s, xy, precision, device: lambda: None)
+    monkeypatch.setattr(calibrate, "clock", lambda device: next(ticks) % 2 * took[current["precision"]])
+    slow = calibrate._emulated(["fp32", "bf16", "fp16"], torch.device("cpu"))
+    assert slow == pytest.approx({"fp16": 8.0 / calibrate._features(*calibrate.EMULATION_SHAPE)[0]}, rel=1e-12)
 
 
 def test_another_precision_is_planned_at_fp32s_rates_times_its_median_ratio():
