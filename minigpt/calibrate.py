@@ -1,17 +1,18 @@
 """Calibrate the planner's clock: time real steps of the engine once per machine and torch, and keep the result.
 
-A lone matmul misses what a precision costs around it (autocast's casts, fp16's scaler, the elementwise ops),
-so this times the engine's own forward + backward of two-block GPTs of the presets' widths and vocabulary at three
+A lone matmul misses what a precision costs around it (autocast's casts, fp16's scaler, the elementwise ops), so
+this times the engine's own forward + backward of two-block GPTs of the presets' widths and vocabulary at three
 shapes, and solves fp32's seconds per FLOP, per elementwise value and per layer; each other precision is fp32's
-rates times its measured ratio (an emulated one: its extra time per FLOP). Then what the step does beyond that:
-the optimizer step of each optimizer as the loop builds it (at two sizes: a cost per parameter and a fixed
-part), one whole train_step (its time beyond forward, backward and the optimizer), each checkpointing mode's and
-the chunked loss's extra time, LoRA on an fp32, an int8 and an nf4 base (the adapters' cost per block, then unpacking's
-per value) and a step with offloading (per byte and per block). A lever's cost is a difference between two
-timings of the same rounds, so the load of the moment, which moves both, mostly cancels. Each timing is
-repeated in interleaved rounds, each step under the C heap's setting of the command the plan prints: the median is kept,
-(max - min) / median is its spread. The result is cached as JSON per device type; a cache from another machine or
-torch is measured again. benchmarks/RESULTS.md section 13 sets its predictions against measured steps.
+rates times its measured ratio (an emulated one: its extra time per FLOP). Then what the step does beyond that: the
+optimizer step of each optimizer as the loop builds it (at two sizes: a cost per parameter and a fixed part), one
+whole train_step (its time beyond forward, backward and the optimizer), each checkpointing mode's and the chunked
+loss's extra time, LoRA on an fp32, an int8 and an nf4 base (the share of the weight gradients' matmuls freezing
+saves, then unpacking's per value) and a step with offloading (per byte and per block). A lever's cost is a
+difference between two timings of the same rounds, so the load of the moment, which moves both, mostly cancels. Each
+timing is repeated in interleaved rounds, each step under the C heap's setting of the command the plan prints: the
+median is kept, (max - min) / median is its spread. The result is cached as JSON per device type; a cache from
+another machine or torch is measured again. benchmarks/RESULTS.md section 13 sets its predictions against measured
+steps.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from minigpt.step_time import (
 )
 from minigpt.timing import clock, interleaved_seconds
 
-CALIBRATION_VERSION = 8  # bump when what is measured changes: older caches are measured again
+CALIBRATION_VERSION = 9  # bump when what is measured changes: older caches are measured again
 PRECISIONS = ("fp32", "bf16", "fp16", "bf16-pure")
 # Three steps per precision, (model, sequences of CTX tokens): two widths tell matmul FLOPs (which grow as the
 # width squared) from elementwise values (as the width), and two batches tell both (which grow with the tokens)
@@ -77,6 +78,11 @@ LONG_BATCH = 4
 # ctx 512). NARROW on two blocks predicted 10m's fp16 step 23% too slow; six blocks (the head 27%) sit between.
 EMULATED = 4.0
 EMULATION_SHAPE = (ModelConfig(n_layer=6, n_head=4, n_embd=256, ctx=256, vocab_size=8192), 1)
+# LoRA is timed on the same six blocks at LONG_BATCH sequences, paired with the plain step in rounds of its own: what
+# freezing the base saves is a share of the weight gradients' matmuls that depends on the shape (measured in one
+# process, paired: 58% of the FLOP model's saving on these six blocks at 4 x 256, 36% in 10m's step, 29% in 30m's;
+# 1 x 256 steps of two-block models, fitted with a cost per block, predicted 10m's and 30m's LoRA steps 21% too fast)
+LORA_MODEL, LORA_ROUNDS = EMULATION_SHAPE[0], 3
 OFFLOAD_BYTES = 32 * 2**20
 QUANTIZED_SHAPE = (1024, 1024)
 CHECKPOINTS = ("full", "sqrt", "selective")
@@ -86,16 +92,17 @@ CHECKPOINTS = ("full", "sqrt", "selective")
 def small_shapes() -> Iterator[None]:
     """Within it, measure() times models of width 16-32 at ctx 32: its code paths in seconds, not rates worth keeping
     (the benchmarks' quick run and the tests)."""
-    global NARROW, WIDE, SHAPES, EMULATION_SHAPE, CTX, OFFLOAD_BYTES, QUANTIZED_SHAPE
-    saved = NARROW, WIDE, SHAPES, EMULATION_SHAPE, CTX, OFFLOAD_BYTES, QUANTIZED_SHAPE
+    global NARROW, WIDE, SHAPES, EMULATION_SHAPE, LORA_MODEL, CTX, OFFLOAD_BYTES, QUANTIZED_SHAPE
+    saved = NARROW, WIDE, SHAPES, EMULATION_SHAPE, LORA_MODEL, CTX, OFFLOAD_BYTES, QUANTIZED_SHAPE
     NARROW = ModelConfig(n_layer=1, n_head=1, n_embd=16, ctx=32, vocab_size=64)
     WIDE = replace(NARROW, n_embd=32)
     SHAPES, EMULATION_SHAPE = ((NARROW, 1), (WIDE, 1), (NARROW, 2)), (replace(NARROW, n_layer=2), 1)
+    LORA_MODEL = EMULATION_SHAPE[0]
     CTX, OFFLOAD_BYTES, QUANTIZED_SHAPE = 32, 2**20, (64, 64)
     try:
         yield
     finally:
-        NARROW, WIDE, SHAPES, EMULATION_SHAPE, CTX, OFFLOAD_BYTES, QUANTIZED_SHAPE = saved
+        NARROW, WIDE, SHAPES, EMULATION_SHAPE, LORA_MODEL, CTX, OFFLOAD_BYTES, QUANTIZED_SHAPE = saved
 
 
 def cache_path(device_type: str) -> Path:
@@ -273,11 +280,6 @@ def measure(device: torch.device, rounds: int = ROUNDS) -> Calibration:
     runs["adamw8bit optimizer"] = _optimizer_step(state, xy, "fp32", device)
     state, xy = _state(WIDE, 1, device)
     runs["fp32 train_step"] = _train_step(state, xy, device)
-    for kind in ("fp32", "int8", "nf4"):
-        state, xy = _state(WIDE, 1, device, lora_rank=LORA_RANK, base_dtype=kind)
-        runs[f"fp32 lora {kind}"] = _forward_backward(state, xy, "fp32", device)
-    state, xy = _state(NARROW, 1, device, lora_rank=LORA_RANK)  # a second size: the adapters' own cost
-    runs["fp32 lora fp32 narrow"] = _forward_backward(state, xy, "fp32", device)
     for kind in ("int8", "nf4"):  # unpacking alone: the least a LoRA step on this base adds
         q = quantize(torch.randn(QUANTIZED_SHAPE, device=device), kind)
         runs[f"unpack {kind}"] = lambda q=q: dequantize(q.codes, q.scales, q.shape, torch.float32)
@@ -286,7 +288,7 @@ def measure(device: torch.device, rounds: int = ROUNDS) -> Calibration:
 
     # timing.clock: this process's CPU time on a CPU (other programs do not inflate it), the wall clock after the
     # queued work on a GPU; the warm-up round chooses kernels and makes caches and AdamW's state
-    times = _alone_first(device, rounds) | interleaved_seconds(runs, rounds, device)
+    times = _alone_first(device, rounds) | _lora_paired(device, LORA_ROUNDS) | interleaved_seconds(runs, rounds, device)
     spread: dict[str, float] = {}
     t = {name: _median(ts, spread, name) for name, ts in times.items()}
     return _solve(t, spread, supported, params, device.type, emulated)
@@ -318,6 +320,19 @@ def _alone_first(device: torch.device, rounds: int) -> dict[str, list[float]]:
         for size in (long, "narrow")[: 1 if name == "chunked" else 2]:
             times[f"{name} extra {size}"] = extra(f"fp32 {name} {size}", f"fp32 plain {size}")
     return times
+
+
+def _lora_paired(device: torch.device, rounds: int) -> dict[str, list[float]]:
+    """LoRA on an fp32, an int8 and an nf4 base at LONG_BATCH sequences of LORA_MODEL, each round's difference to the
+    plain step of the same round ("lora {base} extra"): what freezing saves, and what unpacking adds."""
+    runs = {"plain": _forward_backward(*_state(LORA_MODEL, LONG_BATCH, device), "fp32", device)}
+    for kind in ("fp32", "int8", "nf4"):
+        state, xy = _state(LORA_MODEL, LONG_BATCH, device, lora_rank=LORA_RANK, base_dtype=kind)
+        runs[kind] = _forward_backward(state, xy, "fp32", device)
+    times = interleaved_seconds({k: _under_the_commands_heap(run, False) for k, run in runs.items()}, rounds, device)
+    return {
+        f"lora {kind} extra": [a - b for a, b in zip(times[kind], times["plain"])] for kind in ("fp32", "int8", "nf4")
+    }
 
 
 def _features(model: ModelConfig, batch: int) -> list[float]:
@@ -389,10 +404,9 @@ def _solve(
         created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     )
     offload, offload_fixed = _offload_in_a_step(t, cal, device_type)
-    lora_per_layer = _lora_per_layer(t, cal)
-    with_lora = replace(cal, lora_per_layer=lora_per_layer)
-    unpack = _unpack_in_a_step(t, with_lora)
-    return replace(with_lora, unpack=unpack, offload=offload, offload_per_layer=offload_fixed / NARROW.n_layer)
+    saving, unpack = _lora_in_a_step(t, cal)
+    offload_per_layer = offload_fixed / NARROW.n_layer
+    return replace(cal, lora_saving=saving, unpack=unpack, offload=offload, offload_per_layer=offload_per_layer)
 
 
 def _forward_seconds(model: ModelConfig, rates: tuple[float, float, float], batch: int = 1) -> dict[str, float]:
@@ -419,35 +433,19 @@ def _recompute(t: dict, mode: str, rates: tuple[float, float, float]) -> tuple[f
     return share, per_layer
 
 
-def _predicted_lora(cal: Calibration, model: ModelConfig, plain: float, base: str) -> float:
-    """A LoRA forward + backward of `model` at CTX tokens as the calibration predicts it, scaled by the measured
-    plain step over the predicted one: what the load of the moment does to both cancels."""
-    n = count_params(model)
-
-    def compute(**lora) -> float:
-        return step_seconds(model, CTX, CTX, n, cal, trained_params=1, **lora)["compute"]
-
-    return plain * compute(lora_base=base) / compute()
-
-
-def _lora_per_layer(t: dict, cal: Calibration) -> float:
-    """Seconds per block the adapters' own ops add: a LoRA step on an fp32 base beyond what the model predicts
-    without them (frozen weights, no unpacking), at two widths, averaged over their blocks."""
-    free = replace(cal, lora_per_layer=0.0)
-    extra = [
-        t["fp32 lora fp32 narrow"] - _predicted_lora(free, NARROW, t["fp32 0"], "fp32"),
-        t["fp32 lora fp32"] - _predicted_lora(free, WIDE, t["fp32 1"], "fp32"),
-    ]
-    return max(0.0, statistics.mean(extra)) / WIDE.n_layer
-
-
-def _unpack_in_a_step(t: dict, cal: Calibration) -> dict[str, float]:
-    """Seconds per value unpacked, from a LoRA step on each quantized base: its time beyond the same step on an
-    fp32 base, over the values it unpacks (twice the blocks' weights: forward and backward). At least the rate
-    of unpacking alone, which the noise cannot undercut."""
-    unpacked = 2 * (count_params(WIDE) - WIDE.vocab_size * WIDE.n_embd)
-    extra = {kind: t[f"fp32 lora {kind}"] - t["fp32 lora fp32"] for kind in cal.unpack}
-    return {kind: max(alone, extra[kind] / unpacked) for kind, alone in cal.unpack.items()}
+def _lora_in_a_step(t: dict, cal: Calibration) -> tuple[float, dict[str, float]]:
+    """(the share of the weight gradients' matmuls a frozen base saves, seconds per value unpacked) from
+    _lora_paired's differences: an fp32 base's step beyond the plain one against the FLOP model's saving (a third of
+    the matmuls), and an int8 or nf4 base's beyond the fp32 base's over the values it unpacks (twice the blocks'
+    weights: forward and backward), at least unpacking alone's rate, which the noise cannot undercut."""
+    n, tokens = count_params(LORA_MODEL), LONG_BATCH * CTX
+    full = replace(cal, lora_saving=1.0, unpack={kind: 0.0 for kind in cal.unpack})
+    predicted = step_seconds(LORA_MODEL, tokens, CTX, n, full)["compute"]
+    predicted -= step_seconds(LORA_MODEL, tokens, CTX, n, full, lora_base="fp32", trained_params=1)["compute"]
+    saving = min(1.0, max(0.0, -t["lora fp32 extra"] / predicted)) if predicted > 0 else 1.0
+    unpacked = 2 * (n - LORA_MODEL.vocab_size * LORA_MODEL.n_embd)
+    extra = {kind: t[f"lora {kind} extra"] - t["lora fp32 extra"] for kind in cal.unpack}
+    return saving, {kind: max(alone, extra[kind] / unpacked) for kind, alone in cal.unpack.items()}
 
 
 def _offload_in_a_step(t: dict, cal: Calibration, device_type: str) -> tuple[float, float]:

@@ -68,8 +68,9 @@ class Calibration:
     chunked_loss: share of the head's forward time the chunked loss adds. unpack: seconds per value to unpack
     an int8 or nf4 base, as a LoRA step on it takes them. offload: bytes per second of a round trip out and
     back, as a step with --offload-activations moves them, and offload_per_layer: what such a step costs more
-    per block whatever it moves (the offloader's file or copy per saved tensor). lora_per_layer: what the
-    adapters' own ops cost per block. spread: each timing's (max - min) / median.
+    per block whatever it moves (the offloader's file or copy per saved tensor). lora_saving: the share of the
+    weight gradients' matmuls that freezing a LoRA base saves (1: all of them, the FLOP model).
+    spread: each timing's (max - min) / median.
     """
 
     compute: dict[str, tuple[float, float, float]]
@@ -81,7 +82,7 @@ class Calibration:
     offload: float
     per_step: float = 0.0
     offload_per_layer: float = 0.0
-    lora_per_layer: float = 0.0
+    lora_saving: float = 1.0
     recompute_per_layer: dict[str, float] = field(default_factory=dict)
     spread: dict[str, float] = field(default_factory=dict)
     created: str = ""  # when it was measured (UTC)
@@ -132,17 +133,18 @@ def step_seconds(
     and the fixed cost of a step.
 
     The step in backward moves no work, so it costs nothing here. `lora_base`: LoRA on a frozen base of that
-    dtype: the frozen weights need no gradient (the backward's matmuls are one forward's, not two; its
-    elementwise work stays), the adapters add their ops to each block, and an int8 or nf4 base is unpacked in
-    the forward and again in the backward; `trained_params` (default: all) are stepped.
+    dtype: the frozen weights need no gradient (of the backward's two matmul passes, the calibrated share of the
+    weight gradients' one is saved; its elementwise work stays), and an int8 or nf4 base is unpacked in the
+    forward and again in the backward; `trained_params` (default: all) are stepped.
     """
     matmuls, rest = part_seconds(cfg, tokens, ctx, cal.compute[precision])
     part = {k: matmuls[k] + rest[k] for k in matmuls}  # forward + backward of each part: its forward is a third
-    passes = 2 if lora_base else 3  # forward, input gradients, and weight gradients unless the weights are frozen
+    # forward, input gradients, and weight gradients, of which a frozen base saves the calibrated share
+    passes = 3 - cal.lora_saving if lora_base else 3
     compute = passes / 3 * sum(matmuls.values()) + sum(rest.values())
     if lora_base:
         unpacked = 2 * (n_params - cfg.vocab_size * cfg.n_embd) if lora_base in cal.unpack else 0
-        compute += cfg.n_layer * cal.lora_per_layer + unpacked * cal.unpack.get(lora_base, 0.0)
+        compute += unpacked * cal.unpack.get(lora_base, 0.0)
     recompute = cal.recompute[checkpointing] * part["blocks"] / 3
     recompute += cfg.n_layer * cal.recompute_per_layer.get(checkpointing, 0.0)
     recompute += cal.chunked_loss * part["head"] / 3 if loss_chunks > 1 else 0.0

@@ -38,7 +38,7 @@ def fixed_step_time_calibration():
             offload=2.2e9,
             per_step=1e-3,
             offload_per_layer=1e-3,
-            lora_per_layer=2e-4,
+            lora_saving=0.5,
             created="a fixed calibration of the tests",
         )
         calibrate.save(calibrate.cache_path("cpu"), fixed)

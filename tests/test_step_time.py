@@ -11,7 +11,7 @@ from minigpt.budget import MALLOC_SETTING
 from minigpt.heap import MMAP_THRESHOLD_BYTES
 from minigpt.model import count_params, get_config
 from minigpt.plan_budget import Levers, all_levers, family_model, plan_for_budget
-from minigpt.step_time import Calibration, step_seconds
+from minigpt.step_time import Calibration, part_seconds, step_seconds
 
 MIB = 2**20
 # A fixed calibration: the numbers a test reasons with, never this machine's load. The 8-bit step costs 4x AdamW's.
@@ -27,6 +27,9 @@ TINY = Calibration(
     created="2026-01-01 00:00 UTC",
     source="a test's",
 )
+
+
+LORA_BASES = ("fp32", "int8", "nf4")
 
 
 def test_the_optimizer_costs_what_the_calibration_measured_per_parameter():
@@ -157,8 +160,9 @@ def _timings_of(truth: Calibration, device_type: str = "cpu") -> tuple[dict, dic
 
     fixed_optimizer, around = 1e-3, 5e-4  # the optimizer's fixed part; what train_step adds around its parts
     optimizer = {m: fixed_optimizer + truth.optimizer["adamw"] * count_params(m) for m in (narrow, wide)}
-    lora = {kind: fb(wide, lora_base=kind, trained_params=1) for kind in ("fp32", "int8", "nf4")}
-    unpacked = 2 * (count_params(wide) - wide.vocab_size * wide.n_embd)
+    lora_model = calibrate.LORA_MODEL
+    lora = {kind: fb(lora_model, long, lora_base=kind, trained_params=1) - fb(lora_model, long) for kind in LORA_BASES}
+    unpacked = 2 * (count_params(lora_model) - lora_model.vocab_size * lora_model.n_embd)
     t = {f"fp32 {i}": fb(model, batch) for i, (model, batch) in enumerate(calibrate.SHAPES)}
     t |= {
         "fp32 optimizer": optimizer[wide],
@@ -175,11 +179,10 @@ def _timings_of(truth: Calibration, device_type: str = "cpu") -> tuple[dict, dic
         f"offload extra x{long}": fb(narrow, long, offloaded_bytes=moved(narrow, long)) - fb(narrow, long),
         f"chunked extra x{long}": fb(narrow, long, loss_chunks=8) - fb(narrow, long),
         "offload": 2 * calibrate.OFFLOAD_BYTES / (4 * truth.offload),  # the bytes alone: faster than in a step
-        "fp32 lora fp32 narrow": fb(narrow, lora_base="fp32", trained_params=1),
-        **{f"fp32 lora {kind}": seconds for kind, seconds in lora.items()},
+        **{f"lora {kind} extra": seconds for kind, seconds in lora.items()},  # _lora_paired's
         **{f"unpack {kind}": rate / 4 * 1024 * 1024 for kind, rate in truth.unpack.items()},  # alone: faster
     }
-    assert t["fp32 lora nf4"] - t["fp32 lora fp32"] == pytest.approx(unpacked * truth.unpack["nf4"])
+    assert t["lora nf4 extra"] - t["lora fp32 extra"] == pytest.approx(unpacked * truth.unpack["nf4"])
     params = {"fp32": count_params(wide), "fp32 narrow": count_params(narrow)}
     return t, params
 
@@ -195,7 +198,7 @@ def test_the_calibration_gives_back_the_costs_of_a_machine_made_of_them():
         per_step=1e-3 + 5e-4,
         recompute_per_layer={"full": 1e-3, "sqrt": 2e-3, "selective": 5e-4},
         offload_per_layer=2e-3,
-        lora_per_layer=3e-4,
+        lora_saving=0.4,
     )
     t, params = _timings_of(truth)
     cal = calibrate._solve(t, {}, ["fp32"], params, "cpu")
@@ -208,7 +211,7 @@ def test_the_calibration_gives_back_the_costs_of_a_machine_made_of_them():
     assert cal.chunked_loss == pytest.approx(truth.chunked_loss, rel=1e-6)
     assert cal.offload == pytest.approx(truth.offload, rel=1e-6)
     assert cal.offload_per_layer == pytest.approx(truth.offload_per_layer, rel=1e-6)
-    assert cal.lora_per_layer == pytest.approx(truth.lora_per_layer, rel=1e-6)
+    assert cal.lora_saving == pytest.approx(truth.lora_saving, rel=1e-6)
     assert cal.unpack == pytest.approx(truth.unpack, rel=1e-6)
 
 
@@ -287,15 +290,16 @@ def test_noisy_optimizer_timings_never_give_a_zero_rate(noise):
 def test_a_step_costs_its_fixed_part_and_its_levers_per_block():
     cfg = get_config("10m")
     n = count_params(cfg)
-    cal = replace(TINY, per_step=0.01, offload_per_layer=0.002, lora_per_layer=0.003)
+    cal = replace(TINY, per_step=0.01, offload_per_layer=0.002, lora_saving=0.25)
     plain = step_seconds(cfg, 512, 256, n, cal)
     assert plain["fixed"] == 0.01 and step_seconds(cfg, 512, 256, n, TINY)["fixed"] == 0.0
     offloaded = step_seconds(cfg, 512, 256, n, cal, offloaded_bytes=10**9)["offload"]
     assert offloaded == pytest.approx(cfg.n_layer * 0.002 + 2.0)
-    fp32_base = step_seconds(cfg, 512, 256, n, cal, lora_base="fp32", trained_params=1000)
-    frozen = step_seconds(cfg, 512, 256, n, TINY, lora_base="fp32", trained_params=1000)
-    assert fp32_base["compute"] - frozen["compute"] == pytest.approx(cfg.n_layer * 0.003)
-    assert frozen["compute"] < plain["compute"]  # the frozen weights' gradients are not computed
+    frozen = step_seconds(cfg, 512, 256, n, cal, lora_base="fp32", trained_params=1000)
+    matmuls = sum(part_seconds(cfg, 512, 256, cal.compute["fp32"])[0].values())
+    # a frozen base saves the calibrated share of the weight gradients' matmuls (a third of all matmul time)
+    assert plain["compute"] - frozen["compute"] == pytest.approx(0.25 * matmuls / 3)
+    assert frozen["optimizer"] < plain["optimizer"]  # only the adapters are stepped
 
 
 def test_describe_states_the_typical_and_the_worst_spread_and_names_the_worst():
