@@ -303,22 +303,21 @@ def _alone_first(device: torch.device, rounds: int) -> dict[str, list[float]]:
     Offloading's cost per byte depends on what else the process holds: a NARROW step at 4 x 256 with offloading
     cost 162 ms more than without in a process holding a few small models, 212 ms with the calibration's thirty
     models alive, 280 ms timed among them (one process, quiet, 2 threads). Fresh processes paid 160-166 ms."""
-    runs, long = {}, f"x{LONG_BATCH}"
-    levers = {"plain": {}, "chunked": {"loss_chunks": 8}, "offload": {"offload_activations": True}}
+    long = f"x{LONG_BATCH}"
+    levers = {"chunked": {"loss_chunks": 8}, "offload": {"offload_activations": True}}
     levers |= {mode: {"checkpointing": mode} for mode in CHECKPOINTS}
-    for name, lever in levers.items():  # at two sizes (but the chunked loss): a cost per unit and a fixed part
-        for batch, size in ((LONG_BATCH, long), (1, "narrow"))[: 1 if name == "chunked" else 2]:
-            state, xy = _state(NARROW, batch, device, **lever)
-            runs[f"fp32 {name} {size}"] = _forward_backward(state, xy, "fp32", device)
-    runs = {name: _under_the_commands_heap(run, "offload" in name) for name, run in runs.items()}
+    sizes = {long: LONG_BATCH, "narrow": 1}
+    # every lever at both sizes (a cost per unit and a fixed part) but the chunked loss, which needs one
+    pairs = [(name, size) for name in levers for size in sizes if name != "chunked" or size == long]
+    runs = {}
+    for name, size in [("plain", size) for size in sizes] + pairs:
+        state, xy = _state(NARROW, sizes[size], device, **levers.get(name, {}))
+        run = _forward_backward(state, xy, "fp32", device)
+        runs[f"fp32 {name} {size}"] = _under_the_commands_heap(run, offloading=name == "offload")
     times = interleaved_seconds(runs, rounds, device)
-
-    def extra(lever: str, plain: str) -> list[float]:  # each round's difference: a slow round moves both
-        return [a - b for a, b in zip(times[lever], times[plain])]
-
-    for name in levers:
-        for size in (long, "narrow")[: 1 if name == "chunked" else 2]:
-            times[f"{name} extra {size}"] = extra(f"fp32 {name} {size}", f"fp32 plain {size}")
+    for name, size in pairs:  # each round's difference to the plain step of the same round: a slow round moves both
+        lever, plain = times[f"fp32 {name} {size}"], times[f"fp32 plain {size}"]
+        times[f"{name} extra {size}"] = [a - b for a, b in zip(lever, plain)]
     return times
 
 
