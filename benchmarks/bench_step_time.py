@@ -5,7 +5,11 @@ in this process before anything else, as `minigpt plan` measures it (not cached:
 is). Measured: train_step of the real engine, each lever set in a fresh process of its own, as the command that
 `plan --budget` prints runs it (its MALLOC_MMAP_THRESHOLD_, minigpt.budget.MALLOC_SETTING, which the calibration
 times under too), median of the steps after a warm-up, by the same clock as the calibration (minigpt.timing.clock:
-the process's CPU time on a CPU). A fresh process matters: the C heap's state is the process's.
+the process's CPU time on a CPU). A fresh process matters: the C heap's state is the process's. The machine's
+speed moves from minute to minute (a 10m plain step took 1.5 s in one process and 2.0 s in another forty minutes
+later, quiet both times), so each lever set is timed in GRID_ROUNDS fresh processes, the lever sets taking turns,
+and its time is the median of all their steps; a lever set whose step takes more than SLOW_STEP seconds (an
+emulated precision: fp16 on most CPUs) gets one process of STEPS steps instead.
 Then for `plan --budget` on two budgets: every candidate that fits is measured, and the plan's pick is set
 against the fastest. The fastest of dozens of candidates timed once each is partly the luckiest (a process whose
 steps ran a few percent fast): the plan's pick and the CONFIRM fastest are timed again, in CONFIRM_ROUNDS more
@@ -66,6 +70,7 @@ SIZES = {
 QUICK_GRID = ("fp32", "8-bit AdamW", "offload", "LoRA, nf4 base")
 QUICK_CANDIDATES = 4
 WARMUP, STEPS = 1, 5  # one process's steps drift by 10-30% on a CPU (a 10m LoRA step on nf4: 1.52-2.15 s over 10)
+GRID_ROUNDS, GRID_STEPS, SLOW_STEP = 3, 2, 5.0  # see the module doc
 BUDGET_STEPS = 3  # each candidate of a budget, in its first pass (20 and 35 of them)
 CONFIRM, CONFIRM_ROUNDS = 3, 3
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,6 +132,22 @@ def confirmed(
     return {lv: statistics.median(times) for lv, times in steps.items()}
 
 
+def grid_seconds(
+    preset: str, batch: int, ctx: int, grid: dict[str, Levers], pred: dict, device: torch.device, rounds: int
+) -> dict[str, list]:
+    """Each lever set's step times: `rounds` fresh processes of GRID_STEPS steps, the lever sets in turns (each round
+    starts one later), or one process of STEPS steps where the step is predicted slower than SLOW_STEP seconds."""
+    times = {name: [] for name in grid}
+    slow = [name for name in grid if pred[name] > SLOW_STEP]
+    for name in slow:
+        times[name] = measured_seconds(preset, batch, ctx, grid[name], device, STEPS)
+    turns = [name for name in grid if name not in slow]
+    for r in range(rounds):
+        for name in turns[r % len(turns) :] + turns[: r % len(turns)]:
+            times[name] += measured_seconds(preset, batch, ctx, grid[name], device, GRID_STEPS)
+    return times
+
+
 def predicted(preset: str, batch: int, ctx: int, levers: Levers, device: torch.device, cal) -> float:
     model = get_config(preset)
     est = predict(model, batch, ctx, levers, device.type)
@@ -139,17 +160,18 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
         cal = measure(device)
     cal = replace(cal, source=f"measured at the start of this run in {time.perf_counter() - t_start:.0f} s")
     size, steps, rounds = SIZES[quick], STEPS, CONFIRM_ROUNDS if not quick else 1
+    grid_rounds = 1 if quick else GRID_ROUNDS
     rows, errors = [], []
     for preset, batch, ctx in size["grid"]:
-        for name, levers in GRID.items():
-            if quick and name not in QUICK_GRID:
-                continue
-            times = measured_seconds(preset, batch, ctx, levers, device, steps)
-            meas, pred = statistics.median(times), predicted(preset, batch, ctx, levers, device, cal)
-            spread = (max(times) - min(times)) / meas
-            errors.append((abs(pred / meas - 1), f"{preset} {name}"))
-            row = [f"{preset} {batch}x{ctx}", name, f"{1000 * pred:,.0f}", f"{1000 * meas:,.0f} ({spread:.0%})"]
-            rows.append(row + [f"{100 * (pred / meas - 1):+.0f}"])
+        grid = {name: lv for name, lv in GRID.items() if not quick or name in QUICK_GRID}
+        pred = {name: predicted(preset, batch, ctx, lv, device, cal) for name, lv in grid.items()}
+        times = grid_seconds(preset, batch, ctx, grid, pred, device, grid_rounds)
+        for name in grid:
+            meas = statistics.median(times[name])
+            spread = (max(times[name]) - min(times[name])) / meas
+            errors.append((abs(pred[name] / meas - 1), f"{preset} {name}"))
+            row = [f"{preset} {batch}x{ctx}", name, f"{1000 * pred[name]:,.0f}", f"{1000 * meas:,.0f} ({spread:.0%})"]
+            rows.append(row + [f"{100 * (pred[name] / meas - 1):+.0f}"])
     worst, where = max(errors)
     checks = [
         Check(
@@ -190,8 +212,10 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
     body = "\n\n".join(
         [
             f"Step times predicted by `minigpt.step_time` at the calibration ({cal.describe()}) against train_step "
-            f"measured, median of {steps} steps after {WARMUP} warm-up, by `minigpt.timing.clock` (CPU time on a "
-            "CPU, as the calibration), each lever set in a fresh process. Error = predicted / measured - 1.",
+            "measured by `minigpt.timing.clock` (CPU time on a CPU, as the calibration): each lever set in "
+            f"{grid_rounds} fresh process{'es' if grid_rounds > 1 else ''} of {GRID_STEPS} steps after {WARMUP} "
+            "warm-up, the lever sets in turns, the median of all their steps (a step predicted over "
+            f"{SLOW_STEP:.0f} s: one process of {steps} steps). Error = predicted / measured - 1.",
             table(rows, ["step", "levers", "predicted ms", "measured ms (spread)", "error %"]),
             f"`plan --budget`: every candidate that fits the budget measured ({BUDGET_STEPS} steps after {WARMUP} "
             f"warm-up, a fresh process each); then the plan's pick and the {CONFIRM} fastest of that pass again, in "
