@@ -118,6 +118,12 @@ def _measure_here(job: dict) -> list:
     return times
 
 
+def in_turn(items: list, round_: int) -> list:
+    """The order of one round of timings taken in turns: each round starts one item later than the last."""
+    first = round_ % len(items) if items else 0
+    return items[first:] + items[:first]
+
+
 def confirmed(
     first: dict[Levers, list], pick: Levers, preset: str, batch: int, ctx: int, device: torch.device, rounds: int
 ) -> dict[Levers, float]:
@@ -127,7 +133,7 @@ def confirmed(
     fastest = sorted(first, key=lambda lv: statistics.median(first[lv]))[:CONFIRM]
     again = [pick] + [lv for lv in fastest if lv != pick]
     for r in range(rounds):
-        for lv in again[r % len(again) :] + again[: r % len(again)]:
+        for lv in in_turn(again, r):
             steps[lv] += measured_seconds(preset, batch, ctx, lv, device, BUDGET_STEPS)
     return {lv: statistics.median(times) for lv, times in steps.items()}
 
@@ -143,7 +149,7 @@ def grid_seconds(
         times[name] = measured_seconds(preset, batch, ctx, grid[name], device, STEPS)
     turns = [name for name in grid if name not in slow]
     for r in range(rounds):
-        for name in turns[r % len(turns) :] + turns[: r % len(turns)]:
+        for name in in_turn(turns, r):
             times[name] += measured_seconds(preset, batch, ctx, grid[name], device, GRID_STEPS)
     return times
 
