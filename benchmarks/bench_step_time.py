@@ -13,7 +13,9 @@ emulated precision: fp16 on most CPUs) gets one process of STEPS steps instead.
 Then for `plan --budget` on two budgets: every candidate that fits is measured, and the plan's pick is set
 against the fastest. The fastest of dozens of candidates timed once each is partly the luckiest (a process whose
 steps ran a few percent fast): the plan's pick and the CONFIRM fastest are timed again, in CONFIRM_ROUNDS more
-fresh processes each, in turns, and compared by the median of all their steps.
+fresh processes each, in turns, and compared by the median of all their steps. Last, the pick's printed command is
+run as a learner runs it (PROOF_STEPS steps, the evaluation and the sample after them) and its peak RSS read by
+getrusage in a wrapper process (minigpt.largest.prove, not minigpt's meter): the whole process must fit the budget.
 
     python -m benchmarks.bench_step_time [--quick] [--device cpu]
 """
@@ -38,6 +40,7 @@ from minigpt.calibrate import measure, small_shapes
 from minigpt.config import TrainConfig
 from minigpt.data import TokenData
 from minigpt.heap import tame_heap
+from minigpt.largest import prove
 from minigpt.model import get_config
 from minigpt.plan_budget import Levers, all_levers, plan_for_budget, predict, predicted_seconds
 from minigpt.step import build_step_state, train_step
@@ -45,6 +48,7 @@ from minigpt.timing import clock
 
 MAX_ERROR = 0.20  # each lever set's predicted step time within 20% of its measured one
 MAX_PICK = 1.10  # the plan's pick within 10% of the fastest measured candidate that fits
+PROOF_STEPS = 2  # the pick's command, run as printed: its peak comes in the first step, or after the last one
 GRID = {
     "fp32": Levers(),
     "bf16": Levers("bf16"),
@@ -196,6 +200,7 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
         timed = confirmed(first, plan.levers, preset, batch, ctx, device, rounds)
         fastest = min(timed, key=timed.get)
         ratio = timed[plan.levers] / timed[fastest]
+        proof = prove(plan, steps=PROOF_STEPS)
         budget_rows.append(
             [
                 f"{preset} {batch}x{ctx}, {mib:,} MiB",
@@ -205,6 +210,7 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
                 " ".join(fastest.flags()),
                 f"{1000 * timed[fastest]:,.0f}",
                 f"{ratio:.2f}",
+                f"{proof.measured_bytes / MIB:,.0f} ({proof.predicted_bytes / MIB:,.0f})",
             ]
         )
         checks.append(
@@ -213,6 +219,14 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
                 "candidate that fits",
                 f"{ratio:.2f}x",
                 ratio <= MAX_PICK,
+            )
+        )
+        checks.append(
+            Check(
+                f"{preset} in {mib:,} MiB: the pick's printed command (steps, evaluation, sample) peaks under the "
+                "budget (getrusage)",
+                f"{proof.measured_bytes / MIB:,.0f} MiB",
+                proof.measured_bytes <= mib * MIB,
             )
         )
     body = "\n\n".join(
@@ -227,10 +241,21 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
             f"warm-up, a fresh process each); then the plan's pick and the {CONFIRM} fastest of that pass again, in "
             f"{rounds} more fresh process{'es' if rounds > 1 else ''} each, in turns. Their times here: the median "
             "of all their steps. "
-            "(The fastest of dozens timed once is partly the luckiest; timing the leaders again evens that out.)",
+            "(The fastest of dozens timed once is partly the luckiest; timing the leaders again evens that out.) "
+            f"Process peak: the pick's printed command run as printed ({PROOF_STEPS} steps, the evaluation and the "
+            "sample after them), its peak RSS read by getrusage in a wrapper process, against the plan's prediction.",
             table(
                 budget_rows,
-                ["budget", "candidates that fit", "plan's pick", "ms", "fastest measured", "ms", "pick / fastest"],
+                [
+                    "budget",
+                    "candidates that fit",
+                    "plan's pick",
+                    "ms",
+                    "fastest measured",
+                    "ms",
+                    "pick / fastest",
+                    "process peak MiB (predicted)",
+                ],
             ),
         ]
     )

@@ -22,6 +22,8 @@ from minigpt.loss import (  # noqa: F401 - IGNORE_INDEX: part of the model's API
 
 # The default tokenizer has 8192 tokens (8191 BPE tokens + <|endoftext|>), already a multiple of 64.
 DEFAULT_VOCAB_SIZE = 8192
+# generate feeds the model windows padded to a multiple of this many tokens (see GPT.generate)
+SAMPLE_WINDOW_STEP = 64
 
 
 @dataclass(frozen=True)
@@ -271,14 +273,23 @@ class GPT(nn.Module):
         top_k: int | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """Append `max_new_tokens` sampled tokens to idx (B, T). temperature 0 means greedy."""
+        """Append `max_new_tokens` sampled tokens to idx (B, T). temperature 0 means greedy.
+
+        The window fed to the model is padded on the right to a multiple of SAMPLE_WINDOW_STEP tokens (at most ctx):
+        causal attention keeps the padding out of the last real token's logits, and the model meets a few lengths
+        instead of one more per token. A CPU's 16-bit matmuls (oneDNN) keep kernels made for every shape they meet:
+        about 3 MiB per window length at 10m, 170 MiB over a 60-token sample of a bf16 model, measured.
+        """
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
         was_training = self.training
         self.eval()
         for _ in range(max_new_tokens):
-            logits, _ = self(idx[:, -self.cfg.ctx :])
-            logits = logits[:, -1, :].float()
+            window = idx[:, -self.cfg.ctx :]
+            length = window.size(1)
+            padded = min(self.cfg.ctx, -(-length // SAMPLE_WINDOW_STEP) * SAMPLE_WINDOW_STEP)
+            logits, _ = self(F.pad(window, (0, padded - length)))  # token 0 after the window: never attended to
+            logits = logits[:, length - 1, :].float()
             if temperature == 0:
                 next_id = logits.argmax(dim=-1, keepdim=True)
             else:

@@ -3,7 +3,16 @@ import math
 import pytest
 import torch
 
-from minigpt.model import COURSE_PRESETS, GPT, IGNORE_INDEX, PRESETS, ModelConfig, count_params, get_config
+from minigpt.model import (
+    COURSE_PRESETS,
+    GPT,
+    IGNORE_INDEX,
+    PRESETS,
+    SAMPLE_WINDOW_STEP,
+    ModelConfig,
+    count_params,
+    get_config,
+)
 from minigpt.tokenizer import get_tokenizer, padded_vocab_size
 
 
@@ -92,6 +101,28 @@ def test_generate_greedy_and_sampling(tiny_cfg):
     assert torch.equal(s1, s2)
     with pytest.raises(ValueError, match="temperature"):
         model.generate(idx, 1, temperature=-1)
+
+
+def test_generate_pads_its_window_to_a_few_lengths_and_writes_what_the_unpadded_loop_writes():
+    # ctx 160, not a multiple of SAMPLE_WINDOW_STEP (64): windows of 64, 128, then ctx, whatever the token count
+    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=32, ctx=160, vocab_size=64)
+    model = GPT(cfg)
+    lengths = []
+    hook = model.register_forward_pre_hook(lambda module, args: lengths.append(args[0].shape[1]))
+    idx = torch.zeros(1, 1, dtype=torch.long)
+    out = model.generate(idx, 200, temperature=0)
+    hook.remove()
+    assert len(lengths) == 200 and set(lengths) == {SAMPLE_WINDOW_STEP, 2 * SAMPLE_WINDOW_STEP, cfg.ctx}
+    assert model.training  # generate leaves the mode as it found it
+    expected = idx  # greedy without padding: each step reads the last position of the window itself
+    with torch.no_grad():
+        model.eval()
+        for _ in range(200):
+            logits, _ = model(expected[:, -cfg.ctx :])
+            expected = torch.cat([expected, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
+    # the padding changes which rows the matmuls hold, not what the last real row attends to: the same argmax
+    # (fp32 logits within 1e-6 of each other; a flip would need two of 64 logits that close)
+    assert torch.equal(out, expected)
 
 
 def test_top_k_one_is_greedy(tiny_cfg):
