@@ -83,6 +83,7 @@ EMULATION_SHAPE = (ModelConfig(n_layer=6, n_head=4, n_embd=256, ctx=256, vocab_s
 # process, paired: 58% of the FLOP model's saving on these six blocks at 4 x 256, 36% in 10m's step, 29% in 30m's;
 # 1 x 256 steps of two-block models, fitted with a cost per block, predicted 10m's and 30m's LoRA steps 21% too fast)
 LORA_MODEL, LORA_ROUNDS = EMULATION_SHAPE[0], 3
+LORA_BASES = ("fp32", "int8", "nf4")  # the frozen bases a LoRA step is timed on
 OFFLOAD_BYTES = 32 * 2**20
 QUANTIZED_SHAPE = (1024, 1024)
 CHECKPOINTS = ("full", "sqrt", "selective")
@@ -315,23 +316,25 @@ def _alone_first(device: torch.device, rounds: int) -> dict[str, list[float]]:
         run = _forward_backward(state, xy, "fp32", device)
         runs[f"fp32 {name} {size}"] = _under_the_commands_heap(run, offloading=name == "offload")
     times = interleaved_seconds(runs, rounds, device)
-    for name, size in pairs:  # each round's difference to the plain step of the same round: a slow round moves both
-        lever, plain = times[f"fp32 {name} {size}"], times[f"fp32 plain {size}"]
-        times[f"{name} extra {size}"] = [a - b for a, b in zip(lever, plain)]
+    for name, size in pairs:
+        times[f"{name} extra {size}"] = _paired_differences(times[f"fp32 {name} {size}"], times[f"fp32 plain {size}"])
     return times
+
+
+def _paired_differences(lever: list[float], plain: list[float]) -> list[float]:
+    """Each round's time beyond the plain step of the same round: a slow round moves both, not the difference."""
+    return [a - b for a, b in zip(lever, plain)]
 
 
 def _lora_paired(device: torch.device, rounds: int) -> dict[str, list[float]]:
     """LoRA on an fp32, an int8 and an nf4 base at LONG_BATCH sequences of LORA_MODEL, each round's difference to the
     plain step of the same round ("lora {base} extra"): what freezing saves, and what unpacking adds."""
     runs = {"plain": _forward_backward(*_state(LORA_MODEL, LONG_BATCH, device), "fp32", device)}
-    for kind in ("fp32", "int8", "nf4"):
+    for kind in LORA_BASES:
         state, xy = _state(LORA_MODEL, LONG_BATCH, device, lora_rank=LORA_RANK, base_dtype=kind)
         runs[kind] = _forward_backward(state, xy, "fp32", device)
     times = interleaved_seconds({k: _under_the_commands_heap(run, False) for k, run in runs.items()}, rounds, device)
-    return {
-        f"lora {kind} extra": [a - b for a, b in zip(times[kind], times["plain"])] for kind in ("fp32", "int8", "nf4")
-    }
+    return {f"lora {kind} extra": _paired_differences(times[kind], times["plain"]) for kind in LORA_BASES}
 
 
 def _features(model: ModelConfig, batch: int) -> list[float]:

@@ -8,6 +8,7 @@ import torch
 
 from minigpt import calibrate, memory
 from minigpt.budget import MALLOC_SETTING
+from minigpt.calibrate import LORA_BASES
 from minigpt.heap import MMAP_THRESHOLD_BYTES
 from minigpt.model import count_params, get_config
 from minigpt.plan_budget import Levers, all_levers, family_model, plan_for_budget
@@ -27,9 +28,6 @@ TINY = Calibration(
     created="2026-01-01 00:00 UTC",
     source="a test's",
 )
-
-
-LORA_BASES = ("fp32", "int8", "nf4")
 
 
 def test_the_optimizer_costs_what_the_calibration_measured_per_parameter():
