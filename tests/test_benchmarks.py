@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = [
     "1. Loop speed",
@@ -82,3 +84,30 @@ def test_selective_overhead_diagnostic_times_every_mode():
     rows = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in done.stdout.splitlines()[3:]}
     assert list(rows) == ["none", "selective", "save-all", "full"]
     assert rows["none"] == "1.000"  # none over itself
+
+
+def test_optimizer_call_path_diagnostic_fits_the_calls_and_times_fresh_processes():
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    args = ["--preset", "tiny", "--turns", "2", "--processes", "1", "--quick"]
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.optimizer_call_path", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,  # a guard against hangs only
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): line.split("|")[2:4] for line in done.stdout.splitlines()[3:]}
+    assert rows["fused AdamW step"][1].strip() == "1.00"  # fused AdamW over itself
+    assert int(rows["its compiled calls a step"][0]) > 1  # tiny's quantized tensors: several calls, several sizes
+    for name in ("per call (fitted)", "per value (fitted)", "fused AdamW in 1 fresh processes"):
+        assert name in rows, name
+
+
+def test_a_line_through_calls_of_one_size_is_refused():
+    from benchmarks.optimizer_call_path import fit_line
+
+    assert fit_line([(100, 1.0), (300, 2.0), (200, 1.5)]) == pytest.approx((0.5, 0.005))
+    with pytest.raises(ValueError, match="two sizes"):
+        fit_line([(100, 1.0), (100, 1.2)])
