@@ -144,6 +144,14 @@ def real_gradients(preset: str, data: TokenData, device: torch.device) -> tuple[
     return [p.detach() for p in params], [p.grad for p in params]
 
 
+def on_copies(make, params: list[torch.Tensor], grads: list[torch.Tensor]) -> torch.optim.Optimizer:
+    """make(...) over fresh copies of `params` whose gradients are `grads` (the same tensors for every optimizer)."""
+    copies = [torch.nn.Parameter(p.clone()) for p in params]
+    for copy, grad in zip(copies, grads):
+        copy.grad = grad
+    return make(copies)
+
+
 def optimizer_step_times(preset: str, rounds: int, device: torch.device, data: TokenData) -> tuple[dict, dict, dict]:
     """Seconds of optimizer.step() alone on a model's parameters: fused AdamW and AdamW8bit, eager and compiled
     (and torchao's), taking turns on the same real gradients; their state bytes; and the seconds of each one's
@@ -152,12 +160,7 @@ def optimizer_step_times(preset: str, rounds: int, device: torch.device, data: T
     makers = [("fused AdamW", lambda ps: torch.optim.AdamW(ps, fused=True)), ("AdamW8bit", lambda ps: AdamW8bit(ps))]
     if can_compile(device):
         makers.append(("AdamW8bit compiled", lambda ps: AdamW8bit(ps, compile=True)))
-    optimizers = {}
-    for name, make in (*makers, *reference_optimizer()):
-        copies = [torch.nn.Parameter(p.clone()) for p in params]
-        for c, g in zip(copies, grads):
-            c.grad = g
-        optimizers[name] = make(copies)
+    optimizers = {name: on_copies(make, params, grads) for name, make in (*makers, *reference_optimizer())}
     times, first = {name: [] for name in optimizers}, {}
     for turn in range(rounds + 1):
         for name, opt in optimizers.items():

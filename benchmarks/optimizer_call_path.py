@@ -29,7 +29,7 @@ from unittest import mock
 import torch
 from tabulate import tabulate
 
-from benchmarks.bench_optimizers import real_gradients
+from benchmarks.bench_optimizers import on_copies, real_gradients
 from benchmarks.benchlib import token_data
 from minigpt.optim import adamw8bit
 from minigpt.optim.adamw8bit import AdamW8bit
@@ -37,20 +37,12 @@ from minigpt.optim.adamw8bit import AdamW8bit
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _optimizer(make, params: list[torch.Tensor], grads: list[torch.Tensor]) -> torch.optim.Optimizer:
-    """An optimizer over fresh copies of `params` whose gradients are `grads` (the same tensors for every one)."""
-    copies = [torch.nn.Parameter(p.clone()) for p in params]
-    for copy, grad in zip(copies, grads):
-        copy.grad = grad
-    return make(copies)
-
-
 def step_seconds(preset: str, turns: int, quick: bool = False) -> dict:
     """Median step of fused AdamW and AdamW8bit compiled (taking turns, after one untimed step each), and every
     compiled call of the 8-bit steps as (values, seconds)."""
     params, grads = real_gradients(preset, token_data(quick), torch.device("cpu"))
-    fused = _optimizer(lambda ps: torch.optim.AdamW(ps, fused=True), params, grads)
-    eight = _optimizer(lambda ps: AdamW8bit(ps, compile=True), params, grads)
+    fused = on_copies(lambda ps: torch.optim.AdamW(ps, fused=True), params, grads)
+    eight = on_copies(lambda ps: AdamW8bit(ps, compile=True), params, grads)
     fused.step()
     eight.step()  # compiles
     compiled = adamw8bit.compiled_update()
@@ -69,11 +61,7 @@ def step_seconds(preset: str, turns: int, quick: bool = False) -> dict:
                 start = time.perf_counter()
                 opt.step()
                 times[name].append(time.perf_counter() - start)
-    return {
-        "steps": {k: statistics.median(v) for k, v in times.items()},
-        "calls": calls,
-        "per_step": len(calls) // turns,
-    }
+    return {"steps": {k: statistics.median(v) for k, v in times.items()}, "calls": calls}
 
 
 def fit_line(calls: list[tuple[int, float]]) -> tuple[float, float]:
@@ -105,7 +93,7 @@ def fused_in_fresh_processes(preset: str, processes: int, turns: int, quick: boo
 
 def fused_only(preset: str, turns: int, quick: bool) -> float:
     params, grads = real_gradients(preset, token_data(quick), torch.device("cpu"))
-    fused = _optimizer(lambda ps: torch.optim.AdamW(ps, fused=True), params, grads)
+    fused = on_copies(lambda ps: torch.optim.AdamW(ps, fused=True), params, grads)
     fused.step()
     times = []
     for _ in range(turns):
@@ -129,13 +117,14 @@ def main() -> None:
     result = step_seconds(args.preset, args.turns, args.quick)
     per_call, per_value = fit_line(result["calls"])
     fused, eight = result["steps"]["fused AdamW"], result["steps"]["AdamW8bit compiled"]
-    values = sum(n for n, _ in result["calls"]) / len(result["calls"]) * result["per_step"]
-    free_calls = eight - result["per_step"] * per_call
+    per_step = len(result["calls"]) // args.turns
+    values = sum(n for n, _ in result["calls"]) / args.turns
+    free_calls = eight - per_step * per_call
     print(f"{args.preset}, {torch.get_num_threads()} threads, {args.turns} turns")
     rows = [
         ["fused AdamW step", f"{1e3 * fused:.2f} ms", "1.00"],
         ["AdamW8bit compiled step", f"{1e3 * eight:.2f} ms", f"{eight / fused:.2f}"],
-        ["  its compiled calls a step", f"{result['per_step']}", ""],
+        ["  its compiled calls a step", f"{per_step}", ""],
         ["  per call (fitted)", f"{1e6 * per_call:.0f} us", ""],
         ["  per value (fitted)", f"{1e9 * per_value:.3f} ns ({values / 1e6:.1f} M values a step)", ""],
         ["  the step with calls free", f"{1e3 * free_calls:.2f} ms", f"{free_calls / fused:.2f}"],

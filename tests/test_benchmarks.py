@@ -58,22 +58,11 @@ def test_quick_run_writes_results_and_plots(quick_benchmark_run):
         assert f"]({name})" in results
 
 
-def test_selective_overhead_diagnostic_times_every_mode():
+def run_diagnostic(module: str, *args: str) -> subprocess.CompletedProcess:
+    """python -m benchmarks.<module> ARGS in a fresh process on one thread; it must succeed."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.selective_overhead",
-            "--preset",
-            "tiny",
-            "--batch",
-            "2",
-            "--ctx",
-            "16",
-            "--turns",
-            "1",
-        ],
+        [sys.executable, "-m", f"benchmarks.{module}", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -81,23 +70,18 @@ def test_selective_overhead_diagnostic_times_every_mode():
         timeout=1200,  # a guard against hangs only
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_selective_overhead_diagnostic_times_every_mode():
+    done = run_diagnostic("selective_overhead", "--preset", "tiny", "--batch", "2", "--ctx", "16", "--turns", "1")
     rows = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in done.stdout.splitlines()[3:]}
     assert list(rows) == ["none", "selective", "save-all", "full"]
     assert rows["none"] == "1.000"  # none over itself
 
 
 def test_optimizer_call_path_diagnostic_fits_the_calls_and_times_fresh_processes():
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    args = ["--preset", "tiny", "--turns", "2", "--processes", "1", "--quick"]
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.optimizer_call_path", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,  # a guard against hangs only
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_diagnostic("optimizer_call_path", "--preset", "tiny", "--turns", "2", "--processes", "1", "--quick")
     rows = {line.split("|")[1].strip(): line.split("|")[2:4] for line in done.stdout.splitlines()[3:]}
     assert rows["fused AdamW step"][1].strip() == "1.00"  # fused AdamW over itself
     assert int(rows["its compiled calls a step"][0]) > 1  # tiny's quantized tensors: several calls, several sizes
