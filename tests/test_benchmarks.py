@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = [
@@ -81,12 +82,49 @@ def test_selective_overhead_diagnostic_times_every_mode():
 
 
 def test_optimizer_call_path_diagnostic_fits_the_calls_and_times_fresh_processes():
-    done = run_diagnostic("optimizer_call_path", "--preset", "tiny", "--turns", "2", "--processes", "1", "--quick")
-    rows = {line.split("|")[1].strip(): line.split("|")[2:4] for line in done.stdout.splitlines()[3:]}
+    args = ("--preset", "tiny", "--turns", "2", "--processes", "1", "--quick", "--floor")
+    step_table, floor_table = run_diagnostic("optimizer_call_path", *args).stdout.split("\n\n")
+    rows = {line.split("|")[1].strip(): line.split("|")[2:4] for line in step_table.splitlines()[3:]}
     assert rows["fused AdamW step"][1].strip() == "1.00"  # fused AdamW over itself
     assert int(rows["its compiled calls a step"][0]) > 1  # tiny's quantized tensors: several calls, several sizes
     for name in ("per call (fitted)", "per value (fitted)", "fused AdamW in 1 fresh processes"):
         assert name in rows, name
+    floor = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in floor_table.splitlines()[3:]}
+    assert list(floor) == [
+        "the fused pass (AdamW8bit compiled)",
+        "one loop, scales known (a stand-in)",
+        "AdamW with fp32 moments, compiled",
+        "torch fused AdamW",
+    ]
+    assert floor["torch fused AdamW"] == "1.00"  # the reference over itself
+
+
+def test_the_floors_stand_ins_update_as_adamw8bit_does_where_the_scales_hold():
+    """The floor's passes time the real update: the one-loop stand-in writes fused_update_'s weight and codes when
+    the new scales are the old ones, and the fp32 pass writes what adamw_update_ writes."""
+    from benchmarks.optimizer_call_path import fp32_update_, one_loop_update_
+    from minigpt.optim import adamw8bit
+
+    g = torch.Generator().manual_seed(0)
+    param, grad = torch.randn(4, 256, generator=g), torch.randn(4, 256, generator=g)
+    m_codes, m_scales = adamw8bit.quantize(0.1 * grad, adamw8bit.M_CODE)
+    v_codes, v_scales = adamw8bit.quantize(0.01 * grad * grad, adamw8bit.V_CODE)
+    # grad = 0 and beta1 = beta2 = 1 (hyper[1] = hyper[3] = 0) keep m and v, so their scales stay the block maxima
+    hyper = torch.tensor([0.99, 0.0, 1.0, 0.0, 1.0, 1e-8, -1e-3])
+    state = [t.clone() for t in (param, m_codes.view(4, 256), m_scales, v_codes.view(4, 256), v_scales)]
+    expected = [t.clone() for t in state]
+    adamw8bit.fused_update_(expected[0], torch.zeros_like(grad), *expected[1:], hyper)
+    one_loop_update_(state[0], torch.zeros_like(grad), *state[1:], hyper)
+    torch.testing.assert_close(state[0], expected[0], rtol=1e-6, atol=0)  # a few fp32 ulps: the same formulas
+    assert (state[1].int() - expected[1].int()).abs().max() <= 1  # a code may differ by one at a rounding tie
+    assert (state[3].int() - expected[3].int()).abs().max() <= 1
+
+    p32, m32, v32 = param.clone(), 0.1 * grad, 0.01 * grad * grad
+    p_ref, m_ref, v_ref = param.clone(), m32.clone(), v32.clone()
+    fp32_update_(p32, grad, m32, v32, torch.tensor(adamw8bit.hyper_parameters(3, 1e-3, (0.9, 0.999), 1e-8, 0.01)))
+    adamw8bit.adamw_update_(p_ref, grad, m_ref, v_ref, 3, 1e-3, (0.9, 0.999), 1e-8, 0.01)
+    for got, want in ((p32, p_ref), (m32, m_ref), (v32, v_ref)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-9)
 
 
 def test_a_line_through_calls_of_one_size_is_refused():
