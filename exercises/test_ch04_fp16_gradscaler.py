@@ -151,11 +151,15 @@ def test_update_scale_matches_gradscaler(answers):
         dict(growth_factor=2.0, backoff_factor=0.5, growth_interval=3),
         dict(growth_factor=4.0, backoff_factor=0.25, growth_interval=1),
         dict(growth_factor=2.0, backoff_factor=0.5, growth_interval=5),
+        # from a scale of 1.0 a growth of 1.5 makes fractions (a scale is a float, not an int): at most 13 growths
+        # in these 40 steps keep every 3**a / 2**b exact in GradScaler's fp32, so == still compares exactly
+        dict(growth_factor=1.5, backoff_factor=0.5, growth_interval=3, init_scale=1.0),
     ]
     for kwargs in settings:
+        init_scale = kwargs.pop("init_scale", 1024.0)
         for found_infs in patterns:
-            want = _gradscaler_trace(found_infs, 1024.0, **kwargs)
-            scale, tracker = 1024.0, 0
+            want = _gradscaler_trace(found_infs, init_scale, **kwargs)
+            scale, tracker = init_scale, 0
             for i, inf in enumerate(found_infs):
                 scale, tracker = answers.update_scale(scale, tracker, inf, **kwargs)
                 assert (scale, tracker) == want[i], (

@@ -65,6 +65,14 @@ def test_codes_and_scales_match_the_formula(answers):
             f"round(127 * sign(x) * (|x| / scale) ** (1 / {power}))"
             + (" - is the sign kept?" if ((codes.int() == -want_codes.int()) & (want_codes != 0)).any() else "")
         )
+        # Codes depend only on value / scale. A second moment of small gradients lives far under 1e-12, so the same
+        # values times 2**-90 (exact in fp32: a power of two, every value still a normal float) must give the same
+        # codes and scales times 2**-90: a scale clamped at some epsilon, rather than only where it is 0, fails.
+        tiny_codes, tiny_scales = answers.quantize_blockwise(x * 2.0**-90, block, power)
+        assert torch.equal(tiny_codes, codes) and torch.equal(tiny_scales.float(), scales.float() * 2.0**-90), (
+            f"{n} values times 2**-90 (largest {x.abs().max().item() * 2.0**-90:.2g}): the codes or scales changed; "
+            "a block's codes depend only on value / scale (guard only a scale of exactly 0)"
+        )
 
 
 @pytest.mark.exercise("9.1", points=2)

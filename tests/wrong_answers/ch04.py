@@ -91,6 +91,9 @@ MISTAKES = {
         ),
     ),
     # --- 4.2 update_scale
+    "4.2: the grown scale made an int (a fraction truncated)": Mistake(
+        "4.2", "update_scale", "", ("return scale * growth_factor, 0", "return int(scale * growth_factor), 0")
+    ),
     "4.2: backoff_factor assumed 0.5": Mistake(
         "4.2", "update_scale", "", ("return scale * backoff_factor, 0", "return scale * 0.5, 0")
     ),

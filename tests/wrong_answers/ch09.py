@@ -33,6 +33,12 @@ MISTAKES = {
             "    scales = blocks.abs().amax(dim=1)\n    scales[scales == 0] = 1\n",
         ),
     ),
+    "9.1: the scale clamped at 1e-12 (a block of tiny values all codes 0)": Mistake(
+        "9.1",
+        "quantize_blockwise",
+        "",
+        ("scales.clamp_min(torch.finfo(torch.float32).tiny)", "scales.clamp_min(1e-12)"),
+    ),
     "9.1: halves rounded up, not to even (floor(v + 0.5))": Mistake(
         "9.1",
         "quantize_blockwise",
