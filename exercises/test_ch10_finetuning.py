@@ -124,7 +124,8 @@ def _weights():
 
 @pytest.mark.exercise("10.3", points=2)
 def test_nf4_quantize_picks_the_nearest_code_per_block(answers):
-    for weight, block in _weights():
+    # and a bf16 weight, as QLoRA's frozen base usually arrives: its scales are fp32 all the same
+    for weight, block in [*_weights(), (_weights()[0][0].bfloat16(), 64)]:
         codes, scales = answers.nf4_quantize(weight, block)
         want_codes, want_scales = _nearest_nf4(weight, block)
         where = f"a {tuple(weight.shape)} weight in blocks of {block}"
@@ -142,6 +143,7 @@ def test_nf4_quantize_picks_the_nearest_code_per_block(answers):
             f"{tuple(codes.shape) if isinstance(codes, torch.Tensor) else codes!r}"
         )
         assert codes.dtype == torch.uint8, f"{where}: codes are indices 0..15 stored as uint8, got {codes.dtype}"
+        assert scales.dtype == torch.float32, f"{where}: scales are fp32, got {scales.dtype}"
         wrong = (codes.long() != want_codes).sum().item()
         assert wrong == 0, (
             f"{where}: {wrong} of {weight.numel()} codes are not the index of the NF4 value nearest to "

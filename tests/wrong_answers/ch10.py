@@ -103,6 +103,12 @@ MISTAKES = {
         """,
     ),
     # --- 10.3 nf4_quantize
+    "10.3: a bf16 weight quantized in bf16 (its scales bf16)": Mistake(
+        "10.3",
+        "nf4_quantize",
+        "",
+        ("blocks = weight.detach().float().reshape(-1, block)", "blocks = weight.detach().reshape(-1, block)"),
+    ),
     "10.3: an all-zero block gets scale 0 (and NaN codes)": Mistake(
         "10.3", "nf4_quantize", "", ("    scales = torch.where(scales > 0, scales, torch.ones_like(scales))\n", "")
     ),
