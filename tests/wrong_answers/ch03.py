@@ -81,6 +81,12 @@ MISTAKES = {
         "3.1", "autocast_train_step", "", ("    return loss.detach()\n", "    return loss.item()\n")
     ),
     # --- 3.2 compare_precisions
+    "3.2: the precisions run in sorted order": Mistake(
+        "3.2",
+        "compare_precisions",
+        "",
+        ("    for precision in precisions:", "    for precision in sorted(precisions):"),
+    ),
     "3.2: the data passed in ignored": Mistake(
         "3.2", "compare_precisions", "", ("result = train(cfg, data)", "result = train(cfg)")
     ),
