@@ -7,8 +7,9 @@ For 10m (batch 8 x 256) and 125m (batch 8 x 1024), each lever alone and both: th
 (the end of backward, the optimizer step), and the step time against the baseline's (train_step, the
 configurations taking turns step by step on the same batch, in a rotating order; the ratio is the median over
 turns of a configuration's time over the baseline's in the same turn). Then the 8-bit optimizer step alone
-against fused AdamW's, on the same real gradients: eager, and compiled into one pass per chunk (its compile
-time, paid at the first step, reported apart and never timed as a step). Where torchao is installed (pip
+against fused AdamW's, on the same real gradients: eager, and compiled into one pass, by each kernel: the C loop
+(what --compile runs on a CPU, one call a step) and torch.compile's pass (one call a chunk). Their build and compile
+times, paid before or at the first step, are reported apart and never timed as a step. Where torchao is installed (pip
 install -e '.[bench]'; the tests never need it), torchao.optim.AdamW8bit is the reference: its state bytes,
 the loss after the same steps, its step time.
 
@@ -18,6 +19,7 @@ the loss after the same steps, its step time.
 from __future__ import annotations
 
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,7 +42,9 @@ from minigpt.data import TokenData
 from minigpt.device import check_compile
 from minigpt.memory import estimate, measure
 from minigpt.model import get_config
+from minigpt.optim import kernel
 from minigpt.optim.adamw8bit import AdamW8bit
+from minigpt.optim.kernel import kernel_unavailable
 from minigpt.step import build_step_state, forward_backward, train_step
 from minigpt.train import TrainConfig
 
@@ -54,7 +58,7 @@ PRECISION, CHECKPOINTING = "bf16", "full"
 PEAK_125M_8BIT = 2060 * MIB  # issue 25: 8-bit AdamW takes 125m's predicted peak from 2,721 MiB to at most this
 MEASURED_WITHIN = 0.02  # ... measured within 2% of the prediction
 MAX_IN_BACKWARD_TIME = 1.05  # the step in backward: at most 1.05x the baseline's step time
-MAX_8BIT_STEP = 1.5  # the 8-bit optimizer step (compiled where torch.compile works): at most 1.5x fused AdamW's
+MAX_8BIT_STEP = 1.5  # the 8-bit optimizer step as --compile runs it (eager where nothing compiles): <= 1.5x fused AdamW
 SIZES = {
     False: dict(
         models=[dict(preset="10m", batch=8, ctx=256, warmup=2, steps=10), dict(preset="125m", batch=8, ctx=1024)],
@@ -124,6 +128,26 @@ def memory_rows(model: dict, device: torch.device) -> dict[str, dict]:
     }
 
 
+C_LOOP, INDUCTOR = "AdamW8bit compiled (C loop)", "AdamW8bit compiled (torch.compile)"
+
+
+def judged_row(names) -> str:
+    """The 8-bit row the target judges: what AdamW8bit(compile=True) runs here (the C loop on a CPU that builds it),
+    else eager."""
+    return next((name for name in (C_LOOP, INDUCTOR) if name in names), "AdamW8bit")
+
+
+def c_loop_build_seconds() -> float | None:
+    """Seconds to build the C loop from scratch (into a temporary folder; AdamW8bit's own build is cached on disk,
+    so it is paid once per machine), or None where it cannot be built."""
+    if kernel_unavailable():
+        return None
+    with tempfile.TemporaryDirectory() as folder:
+        start = time.perf_counter()
+        kernel.build(kernel.c_compiler(), Path(folder) / "adamw8bit.so")
+        return time.perf_counter() - start
+
+
 def can_compile(device: torch.device) -> bool:
     """Whether torch.compile can work here (minigpt.device.check_compile: a C++ compiler on a CPU, not an Apple GPU)."""
     try:
@@ -158,8 +182,10 @@ def optimizer_step_times(preset: str, rounds: int, device: torch.device, data: T
     first step, which makes the state and compiles (untimed as a step: the compile time is its own column)."""
     params, grads = real_gradients(preset, data, device)
     makers = [("fused AdamW", lambda ps: torch.optim.AdamW(ps, fused=True)), ("AdamW8bit", lambda ps: AdamW8bit(ps))]
+    if device.type == "cpu" and kernel_unavailable() is None:
+        makers.append((C_LOOP, lambda ps: AdamW8bit(ps, compile=True, kernel="c")))
     if can_compile(device):
-        makers.append(("AdamW8bit compiled", lambda ps: AdamW8bit(ps, compile=True)))
+        makers.append((INDUCTOR, lambda ps: AdamW8bit(ps, compile=True, kernel="inductor")))
     optimizers = {name: on_copies(make, params, grads) for name, make in (*makers, *reference_optimizer())}
     times, first = {name: [] for name in optimizers}, {}
     for turn in range(rounds + 1):
@@ -314,7 +340,7 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
             ]
             for name, ts in step_times.items()
         ]
-        judged = "AdamW8bit compiled" if "AdamW8bit compiled" in step_times else "AdamW8bit"
+        judged = judged_row(step_times)
         eight_ratio = median_spread(step_times[judged])[0] / fused
         checks.append(
             Check(
@@ -329,6 +355,9 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
         if "torchao AdamW8bit" not in states
         else "torchao.optim.AdamW8bit is the reference."
     )
+    build = c_loop_build_seconds() if device.type == "cpu" else None
+    if build is not None:
+        note += f" Building the C loop (cc, once per machine, then cached on disk) took {build:.1f} s."
     body = "\n\n".join(
         [
             __doc__.split("\n\n")[1].replace("\n", " "),
@@ -350,7 +379,7 @@ def run(quick: bool, out: Path, device: torch.device, data: TokenData | None = N
             ),
             "The optimizer step alone on each preset's parameters (fp32), the same real gradients (one batch), "
             "the optimizers taking turns; state: every tensor the optimizer keeps; first step: the untimed one that "
-            "makes the state and, for the compiled ones, compiles.",
+            "makes the state and, for torch.compile's pass, compiles.",
             table(step_rows, ["preset", "optimizer", "ms/step", "x fused AdamW", "state MiB", "first step s"]),
             f"Train loss after {size['reference_steps']} steps of the same batches: "
             + ", ".join(f"{k} {v:.4f}" for k, v in reference.items())

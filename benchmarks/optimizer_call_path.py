@@ -1,8 +1,9 @@
-"""Where the compiled 8-bit AdamW step's time goes against fused AdamW's: the pass over the values, or the calls?
+"""Where torch.compile's 8-bit AdamW step's time goes against fused AdamW's: the pass over the values, or the calls?
 
-AdamW8bit(compile=True) updates each quantized tensor by compiled calls of at most CHUNK values. A call costs a fixed
-part (torch.compile's call path, the threads' start) and a part per value (the fused pass itself). This diagnostic
-takes one model's parameters and the real gradients of one batch, and times:
+(The diagnostic that led to the C loop --compile runs on a CPU now: minigpt/optim/kernel.py.)
+AdamW8bit(compile=True, kernel="inductor") updates each quantized tensor by compiled calls of at most CHUNK values.
+A call costs a fixed part (torch.compile's call path, the threads' start) and a part per value (the fused pass).
+This diagnostic takes one model's parameters and the real gradients of one batch, and times:
   - the whole step of fused AdamW and of AdamW8bit compiled, taking turns;
   - every compiled call inside AdamW8bit's steps, with a line fitted through them (seconds = per call + per value x
     values: least squares over the calls, which come in several sizes);
@@ -40,7 +41,8 @@ from tabulate import tabulate
 from benchmarks.bench_optimizers import on_copies, real_gradients
 from benchmarks.benchlib import token_data
 from minigpt.optim import adamw8bit
-from minigpt.optim.adamw8bit import BLOCK, CHUNK, M_CODE, V_CODE, AdamW8bit, _decode
+from minigpt.optim.adamw8bit import CHUNK, AdamW8bit, _decode
+from minigpt.optim.codes import BLOCK, M_CODE, V_CODE, quantize
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,7 +52,7 @@ def step_seconds(preset: str, turns: int, quick: bool = False) -> dict:
     compiled call of the 8-bit steps as (values, seconds)."""
     params, grads = real_gradients(preset, token_data(quick), torch.device("cpu"))
     fused = on_copies(lambda ps: torch.optim.AdamW(ps, fused=True), params, grads)
-    eight = on_copies(lambda ps: AdamW8bit(ps, compile=True), params, grads)
+    eight = on_copies(lambda ps: AdamW8bit(ps, compile=True, kernel="inductor"), params, grads)
     fused.step()
     eight.step()  # compiles
     compiled = adamw8bit.compiled_update()
@@ -143,8 +145,8 @@ def pass_floor(preset: str, turns: int, quick: bool) -> tuple[dict[str, float], 
         if p.numel() < adamw8bit.MIN_QUANTIZED or whole < 2 * BLOCK:
             continue
         p_rows, g_rows = p.detach().clone().view(-1)[:whole].view(-1, BLOCK), g.view(-1)[:whole].view(-1, BLOCK)
-        m_codes, m_scales = adamw8bit.quantize(0.1 * g_rows, M_CODE)  # moments of the gradient's size and shape
-        v_codes, v_scales = adamw8bit.quantize(0.01 * g_rows * g_rows, V_CODE)
+        m_codes, m_scales = quantize(0.1 * g_rows, M_CODE)  # moments of the gradient's size and shape
+        v_codes, v_scales = quantize(0.01 * g_rows * g_rows, V_CODE)
         for first in range(0, whole // BLOCK, CHUNK // BLOCK):
             rows = slice(first, first + CHUNK // BLOCK)
             chunk = [p_rows[rows], g_rows[rows], m_codes.view(-1, BLOCK)[rows], m_scales[rows]]

@@ -103,12 +103,12 @@ def test_the_floors_stand_ins_update_as_adamw8bit_does_where_the_scales_hold():
     """The floor's passes time the real update: the one-loop stand-in writes fused_update_'s weight and codes when
     the new scales are the old ones, and the fp32 pass writes what adamw_update_ writes."""
     from benchmarks.optimizer_call_path import fp32_update_, one_loop_update_
-    from minigpt.optim import adamw8bit
+    from minigpt.optim import adamw8bit, codes
 
     g = torch.Generator().manual_seed(0)
     param, grad = torch.randn(4, 256, generator=g), torch.randn(4, 256, generator=g)
-    m_codes, m_scales = adamw8bit.quantize(0.1 * grad, adamw8bit.M_CODE)
-    v_codes, v_scales = adamw8bit.quantize(0.01 * grad * grad, adamw8bit.V_CODE)
+    m_codes, m_scales = codes.quantize(0.1 * grad, codes.M_CODE)
+    v_codes, v_scales = codes.quantize(0.01 * grad * grad, codes.V_CODE)
     # grad = 0 and beta1 = beta2 = 1 (hyper[1] = hyper[3] = 0) keep m and v, so their scales stay the block maxima
     hyper = torch.tensor([0.99, 0.0, 1.0, 0.0, 1.0, 1e-8, -1e-3])
     state = [t.clone() for t in (param, m_codes.view(4, 256), m_scales, v_codes.view(4, 256), v_scales)]

@@ -11,18 +11,9 @@ from minigpt.cli import main
 from minigpt.config import TrainConfig
 from minigpt.device import check_compile
 from minigpt.model import get_config
-from minigpt.optim.adamw8bit import (
-    BLOCK,
-    LINEAR_CODE,
-    M_CODE,
-    MIN_QUANTIZED,
-    V_CODE,
-    AdamW8bit,
-    adamw_update_,
-    dequantize,
-    quantize,
-    state_bytes,
-)
+from minigpt.optim.adamw8bit import MIN_QUANTIZED, AdamW8bit, adamw_update_, state_bytes
+from minigpt.optim.codes import BLOCK, LINEAR_CODE, M_CODE, V_CODE, dequantize, quantize
+from minigpt.optim.kernel import kernel_library
 from minigpt.step import build_step_state, train_step
 from minigpt.train import train
 
@@ -364,7 +355,8 @@ def test_minigpt_memory_shows_each_lever_as_the_term_it_changes(capsys):
 
 
 # ------------------------------------------------------------------------------------------------------------
-# The compiled step: one fused pass per chunk (AdamW8bit(compile=True), --compile)
+# The compiled step: one fused pass (AdamW8bit(compile=True), --compile), by either kernel: the C loop
+# (minigpt/optim/kernel.py, tests/test_optim_kernel.py) or torch.compile's pass, a chunk a call
 
 # fp32 with a partial last block (3 whole blocks compiled, 232 values eager), bf16 (its update in fp32, the
 # parameter rounded to bf16), and one under min_quantized (fp32 moments, always eager)
@@ -372,24 +364,33 @@ COMPILED_SHAPES = [((10, 100), torch.float32), ((3, BLOCK), torch.bfloat16), ((5
 COMPILED_SETTINGS = dict(lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1, min_quantized=100, chunk=4 * BLOCK)
 
 
-@pytest.fixture(scope="module")
-def compiled_pair():
-    """An eager and a compiled AdamW8bit over twin parameters, each stepped once (the compiled one's first
-    step compiles: one graph per parameter dtype, shared by every test here)."""
+def make_pair(kernel: str) -> tuple:
+    """An eager and a compiled AdamW8bit (by `kernel`) over twin parameters, each stepped once (with inductor the
+    first step compiles: one graph per parameter dtype, shared by every test here)."""
     try:
-        check_compile(CPU)
+        check_compile(CPU) if kernel == "inductor" else kernel_library()
     except ValueError as e:
         pytest.skip(str(e))
     gen = torch.Generator().manual_seed(0)
     start = [torch.randn(shape, generator=gen).to(dtype) for shape, dtype in COMPILED_SHAPES]
     eager = [torch.nn.Parameter(t.clone()) for t in start]
     fused = [torch.nn.Parameter(t.clone()) for t in start]
-    pair = AdamW8bit(eager, **COMPILED_SETTINGS), AdamW8bit(fused, compile=True, **COMPILED_SETTINGS)
+    pair = AdamW8bit(eager, **COMPILED_SETTINGS), AdamW8bit(fused, compile=True, kernel=kernel, **COMPILED_SETTINGS)
     for opt, params in zip(pair, (eager, fused)):
         for p in params:
             p.grad = torch.randn(p.shape, generator=torch.Generator().manual_seed(1)).to(p.dtype)
         opt.step()
     return pair, gen
+
+
+@pytest.fixture(scope="module", params=["c", "inductor"])
+def compiled_pair(request):
+    return make_pair(request.param)
+
+
+@pytest.fixture(scope="module")
+def inductor_pair():
+    return make_pair("inductor")
 
 
 def eager_moments(opt: AdamW8bit, p: torch.Tensor, grad: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -407,17 +408,18 @@ def test_the_compiled_step_gives_the_eager_steps_codes_scales_and_weights(compil
     are interchangeable) on the same gradients.
 
     The tolerance. Both paths compute the same formulas in fp32 but round differently: eager's lerp and
-    addcmul are fused multiply-adds (inductor's CPU code has none); the compiled pass multiplies by
-    1/sqrt(bias correction) where eager divides, decodes with scale * (1 / levels**power) where eager divides
-    the scale by levels**power (one rounding more on the decoded m and v), and takes v's code from sqrt(v)
-    (v's scale is the largest v in both: the bound below counts two roundings more on it all the same); and
-    eager's vectorized sqrt is off by up to 0.75 ulp where inductor's is exact. That is at most about 16
-    roundings, 16 * 2**-24 = 2**-20 relative, on m, v, the update u and the scales. So: an fp32 weight within
-    2 ulps (its own last rounding, plus u's error, u being far smaller than the weight) + 2**-20 |u|; a bf16
-    weight within one bf16 ulp (the fp32 results differ by ulps, so the bf16 rounding flips only at a tie); a
-    scale within 2**-20 relative; a code = round(levels * (|x| / scale) ** (1/k)) whose argument, at most 255,
-    moves by 255 * 2**-20 = 2.4e-4, so codes differ by at most 1 and only where eager's argument lies within
-    1e-3 of a half-integer."""
+    addcmul are fused multiply-adds (inductor's CPU code has none; the C loop has those two); the compiled pass
+    (either kernel) multiplies by 1/sqrt(bias correction) where eager divides, decodes with
+    scale * (1 / levels**power) where eager divides the scale by levels**power (one rounding more on the decoded
+    m and v), and takes v's code from sqrt(v) (v's scale is the largest v in both: the bound below counts two
+    roundings more on it all the same); and eager's vectorized sqrt is off by up to 0.75 ulp where inductor's
+    is exact. That is at most about 16 roundings, 16 * 2**-24 = 2**-20 relative, on m, v, the update u and the
+    scales. So: an fp32 weight within 2 ulps (its own last rounding, plus u's error, u being far smaller than
+    the weight) + 2**-20 |u|; a bf16 weight within one bf16 ulp (the fp32 results differ by ulps, so the bf16
+    rounding flips only at a tie); a scale within 2**-20 relative; a code = round(levels * (|x| / scale) ** (1/k))
+    whose argument, at most 255, moves by 255 * 2**-20 = 2.4e-4, so codes differ by at most 1 and only where
+    eager's argument lies within 1e-3 of a half-integer. (The C loop takes the codes' square roots to 2**-21
+    relative, which moves their argument by under 2.5e-4 more: tests/test_optim_kernel.py. Within the same 1e-3.)"""
     (eager, fused), gen = compiled_pair
     for step in range(5):
         source, target = (eager, fused) if step % 2 == 0 else (fused, eager)
@@ -463,12 +465,12 @@ def test_the_compiled_step_gives_the_eager_steps_codes_scales_and_weights(compil
                 assert ((argument[differ] % 1 - 0.5).abs() < 1e-3).all(), f"step {step}: {key} codes off a tie"
 
 
-def test_the_compiled_step_compiles_once_per_dtype(compiled_pair):
+def test_the_compiled_step_compiles_once_per_dtype(inductor_pair):
     """Another lr, another step count, another number of blocks: no new compile (the numbers are a tensor,
     the number of blocks a dynamic size)."""
     from torch._dynamo.utils import counters
 
-    (_, fused), gen = compiled_pair
+    (_, fused), gen = inductor_pair
     compiled = counters["stats"]["unique_graphs"]
     p = torch.nn.Parameter(torch.randn(7, BLOCK, generator=gen))  # 7 blocks: a size no other parameter has
     p.grad = torch.randn(p.shape, generator=gen)

@@ -17,7 +17,7 @@ from minigpt.course import chapter_settings
 from minigpt.data import load_tokens
 from minigpt.demos.common import conclude, pyplot, save_figure, show_table
 from minigpt.model import GPT, ModelConfig, count_params
-from minigpt.optim import adamw8bit
+from minigpt.optim import codes as power_codes
 
 MIB = 2**20
 LEVERS = {  # each lever alone on top of autocast and checkpointing, then all four
@@ -77,8 +77,8 @@ def demo_toolbox(out: Path, size: str = "lecture") -> list[Path]:
 
     m, v = _moments(cfg, 3 if quick else 5)
     largest_update = lambda v_used: (m / (v_used.sqrt() + 1e-8)).abs().max().item()  # noqa: E731
-    codes = {"linear": adamw8bit.LINEAR_CODE, "power 4": adamw8bit.V_CODE}
-    coded = {name: adamw8bit.dequantize(*adamw8bit.quantize(v, code), code) for name, code in codes.items()}
+    codes = {"linear": power_codes.LINEAR_CODE, "power 4": power_codes.V_CODE}
+    coded = {name: power_codes.dequantize(*power_codes.quantize(v, code), code) for name, code in codes.items()}
     zeroed = {name: ((back == 0) & (v > 0)).float().mean().item() for name, back in coded.items()}
     blowup = {name: largest_update(back) / largest_update(v) for name, back in coded.items()}
     show_table(

@@ -13,7 +13,8 @@ from __future__ import annotations
 from minigpt.memory.static_state import parameter_shapes
 from minigpt.model import ModelConfig
 from minigpt.optim import FUSED_ADAMW_DEVICES
-from minigpt.optim.adamw8bit import CHUNK, MIN_QUANTIZED, n_blocks, state_bytes
+from minigpt.optim.adamw8bit import CHUNK, MIN_QUANTIZED, state_bytes
+from minigpt.optim.codes import n_blocks
 
 
 def _numels(cfg: ModelConfig) -> list[int]:

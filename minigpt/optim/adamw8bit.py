@@ -1,20 +1,6 @@
 """AdamW with 8-bit moments: each moment is one byte per value, plus one fp32 scale per block of 256 values.
 
-Block-wise quantization, as in Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization" (the
-method of bitsandbytes and of torchao's AdamW8bit): a moment tensor is cut into blocks of BLOCK values;
-each block stores its largest |value| in fp32 (the scale) and every value as a one-byte code of
-value / scale, a number in [-1, 1]. One outlier then only coarsens its own block, not the whole tensor.
-
-The code. A linear code (code = round(255 * v / scale)) has one step of scale / 255 everywhere, so any
-value under half a step, scale / 510, becomes 0. That is fatal for the second moment v: AdamW divides by
-sqrt(v), and a v rounded to 0 turns the update m / (sqrt(v) + eps) into m / eps, many orders of magnitude
-too large. The libraries use a non-linear code (bitsandbytes' "dynamic" code with an exponent, which torchao's
-AdamW8bit stores as a 256-entry map) whose steps are small near 0 and large near the scale. This one is a power
-code, the simplest non-linear one: v is stored as round(255 * (v / scale) ** (1/4)), so a code step is a constant
-step of v's fourth root: the smallest v kept is scale * 255**-4 (about 2e-10 of its block's largest), and
-sqrt(v), what the update divides by, is off by at most 1 / code (under 3% for any v within four decades
-of its block's largest). The first moment m is signed and only multiplies the update: it gets a signed
-square-root code, round(127 * sign(m) * |m / scale| ** (1/2)).
+The moments' codes: minigpt/optim/codes.py (block-wise power codes, as in Dettmers et al. 2022).
 
 Tensors under MIN_QUANTIZED values (the norm gains) keep fp32 moments, as bitsandbytes does: their
 scales would cost as much as they save. The update runs over CHUNK values at a time, so the fp32 copies
@@ -22,7 +8,9 @@ of m and v it works on are a few chunks, never a whole embedding matrix (which w
 optimizer step the memory the codes saved).
 
 The fused pass (AdamW8bit(compile=True), which --compile turns on). Eagerly, a chunk's update is some twenty passes
-over fp32 tensors: decode m and v, update them and the weight, encode them again. fused_update_ writes the same
+over fp32 tensors: decode m and v, update them and the weight, encode them again. On a CPU the step is one call of a
+loop written in C that does it all a block at a time (minigpt/optim/kernel.py; kernel="c"). Elsewhere, and with
+kernel="inductor" on a CPU too, torch.compile makes the pass from Python: fused_update_ writes the same
 formulas as one function of a chunk viewed as [blocks, BLOCK]; torch.compile (inductor, C++ on a CPU) turns it into
 two loops over the chunk's blocks, each split over the cores: the first takes each block's largest |m| and largest v
 (the new scales, recomputing m and v from their codes and the gradient), the second updates m, v and the weight and
@@ -43,48 +31,18 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 import torch
 
 from minigpt.device import check_compile
+from minigpt.optim.codes import BLOCK, M_CODE, V_CODE, PowerCode, dequantize, n_blocks, quantize_
+from minigpt.optim.kernel import DTYPES, kernel_library, kernel_unavailable, update_checked_blocks
 
-BLOCK = 256  # values sharing one fp32 scale (bitsandbytes since v0.44, and torchao; Dettmers et al. used 2048)
 MIN_QUANTIZED = 4096  # tensors with fewer values keep fp32 moments (bitsandbytes' default threshold)
 CHUNK = 2**20  # values updated at once (a multiple of BLOCK): the step's temporaries are a few chunks of fp32
 QUANTIZED_KEYS = ("exp_avg_codes", "exp_avg_scales", "exp_avg_sq_codes", "exp_avg_sq_scales")
 FP32_KEYS = ("exp_avg", "exp_avg_sq")
-
-
-@dataclass(frozen=True)
-class PowerCode:
-    """x in [-1, 1] -> the byte round(levels * sign(x) * |x| ** (1/power)); back: sign(q) * (|q| / levels) ** power.
-
-    The power is 1, 2 or 4: its root is one or two square roots and its power one or two squarings, which
-    every device does fast (a general pow is ten times slower on a CPU).
-    """
-
-    power: int  # 1 is a linear code; larger powers give small values finer steps
-    levels: int  # codes run from -levels to levels (signed) or 0 to levels
-    dtype: torch.dtype  # int8 for a signed moment, uint8 for a non-negative one
-
-    def __post_init__(self) -> None:
-        if self.power not in (1, 2, 4):
-            raise ValueError(f"a PowerCode's power must be 1, 2 or 4, got {self.power}")
-
-    @property
-    def square_roots(self) -> int:
-        return self.power.bit_length() - 1  # |x| ** (1/4) = sqrt(sqrt(|x|))
-
-
-M_CODE = PowerCode(power=2, levels=127, dtype=torch.int8)  # the first moment: signed
-V_CODE = PowerCode(power=4, levels=255, dtype=torch.uint8)  # the second moment: never negative
-LINEAR_CODE = PowerCode(power=1, levels=255, dtype=torch.uint8)  # what not to use for v (see the docstring)
-
-
-def n_blocks(numel: int) -> int:
-    """Blocks of BLOCK values in a tensor of `numel` values: the last one may be partial."""
-    return -(-numel // BLOCK)
+KERNELS = ("auto", "c", "inductor")  # how compile=True fuses the step (AdamW8bit's docstring)
 
 
 def state_bytes(numel: int, min_quantized: int = MIN_QUANTIZED) -> int:
@@ -92,75 +50,6 @@ def state_bytes(numel: int, min_quantized: int = MIN_QUANTIZED) -> int:
     if numel < min_quantized:
         return 2 * 4 * numel
     return 2 * (numel + 4 * n_blocks(numel))
-
-
-def _block_absmax(x: torch.Tensor) -> torch.Tensor:
-    """The largest |value| of each block of a 1-D tensor (its last block may be partial).
-
-    max(largest, -smallest) per block: two reductions, and no |x| tensor as large as x.
-    """
-    full = x.numel() // BLOCK * BLOCK
-    blocks, tail = x[:full].view(-1, BLOCK), x[full:]
-    absmax = torch.maximum(blocks.amax(dim=1), blocks.amin(dim=1).neg_())
-    if tail.numel():
-        absmax = torch.cat([absmax, torch.maximum(tail.amax(), tail.amin().neg_()).reshape(1)])
-    return absmax
-
-
-def _scale_blocks_(x: torch.Tensor, per_block: torch.Tensor) -> torch.Tensor:
-    """Multiply each block of a 1-D tensor by its own factor, in place."""
-    full = x.numel() // BLOCK * BLOCK
-    x[:full].view(-1, BLOCK).mul_(per_block[: full // BLOCK, None])
-    if full < x.numel():
-        x[full:].mul_(per_block[-1])
-    return x
-
-
-def quantize_(
-    x: torch.Tensor, code: PowerCode, codes: torch.Tensor, scales: torch.Tensor, scratch: torch.Tensor | None = None
-) -> None:
-    """Write the codes and block scales of the 1-D fp32 tensor x into `codes` and `scales`.
-
-    `scratch`, a tensor like x that may be overwritten (AdamW8bit passes the update's sqrt(v)), saves a
-    temporary as large as x.
-    """
-    absmax = _block_absmax(x)
-    scales.copy_(absmax)
-    y = torch.abs(x, out=scratch) if scratch is not None else x.abs()
-    _scale_blocks_(y, absmax.clamp_min_(torch.finfo(torch.float32).tiny).reciprocal_())  # |x| / scale, in [0, 1]
-    for _ in range(code.square_roots):
-        y.sqrt_()
-    y.mul_(code.levels).round_()
-    codes.copy_(y.copysign_(x) if code.dtype.is_signed else y)  # the copy casts to the code's integer type
-
-
-def dequantize(
-    codes: torch.Tensor,
-    scales: torch.Tensor,
-    code: PowerCode,
-    out: torch.Tensor | None = None,
-    scratch: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """The fp32 values that `codes` (1-D) and their block `scales` stand for.
-
-    `out`, an fp32 tensor as long as `codes`, receives them (else a new tensor does); `scratch`, one like it
-    that may be overwritten, holds a signed code's |q| (else a temporary does).
-    """
-    x = out.copy_(codes) if out is not None else codes.float()  # q (the copy casts the integers to fp32)
-    for _ in range(code.square_roots):
-        # q ** 2, keeping q's sign for a signed code: x * |x| is sign(x) * x ** 2 exactly (a product's sign is
-        # the factors' sign, its magnitude that of |x| * |x|), one pass cheaper than squaring then copysign
-        x.mul_(torch.abs(x, out=scratch) if code.dtype.is_signed else x)
-    return _scale_blocks_(x, scales / code.levels**code.power)  # sign(q) * (|q| / levels) ** power * scale
-
-
-def quantize(x: torch.Tensor, code: PowerCode) -> tuple[torch.Tensor, torch.Tensor]:
-    """(codes, scales) of any fp32 tensor, flattened: quantize_ into new tensors, x left as it was."""
-    flat = x.detach().reshape(-1).float()
-    codes = torch.empty(flat.numel(), dtype=code.dtype, device=x.device)
-    scales = torch.empty(n_blocks(flat.numel()), dtype=torch.float32, device=x.device)
-    quantize_(flat, code, codes, scales)
-    return codes, scales
 
 
 def adamw_update_(
@@ -298,8 +187,10 @@ class AdamW8bit(torch.optim.Optimizer):
 
     The arithmetic is AdamW's, in fp32, on a chunk of CHUNK values at a time: dequantize the chunk's m and v,
     update them and the parameter, quantize them back. The step counter is a Python int per parameter.
-    `compile`: one fused pass per chunk (fused_update_, torch.compile'd; the first step compiles it), refused
-    with a clear error where torch.compile cannot work (minigpt.device.check_compile).
+    `compile`: one fused pass, refused with a clear error where it cannot work. `kernel` says which:
+    "c", the hand-written loop of adamw8bit_kernel.c over every tensor's blocks in one call (CPU, Linux, a C
+    compiler: minigpt.optim.kernel); "inductor", fused_update_ torch.compile'd, a call per chunk (any device
+    torch.compile serves); "auto", "c" on a CPU where it can be built, else "inductor".
     """
 
     def __init__(
@@ -312,15 +203,33 @@ class AdamW8bit(torch.optim.Optimizer):
         min_quantized: int = MIN_QUANTIZED,
         chunk: int = CHUNK,
         compile: bool = False,
+        kernel: str = "auto",
     ) -> None:
         if chunk < BLOCK or chunk % BLOCK:
             raise ValueError(f"chunk must be a positive multiple of BLOCK ({BLOCK}), got {chunk}")
+        if kernel not in KERNELS:
+            raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
+        if kernel != "auto" and not compile:
+            raise ValueError(f"kernel={kernel!r} chooses how compile=True fuses the step: pass compile=True too")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
         self.min_quantized, self.chunk, self.compile = min_quantized, chunk, compile
         self._chunks: dict[torch.Tensor, tuple] = {}  # per parameter: _compiled_chunks' views, made once
+        self._kernels = {}  # per device: "c" or "inductor"
         if compile:
             for device in {p.device for group in self.param_groups for p in group["params"]}:
-                check_compile(device)
+                self._kernels[device] = self._kernel_for(device, kernel)
+
+    @staticmethod
+    def _kernel_for(device: torch.device, kernel: str) -> str:
+        """Which fused pass runs on `device`, "c" or "inductor", checked now: a clear error, and the C kernel built
+        before any step."""
+        if kernel == "c" or (kernel == "auto" and device.type == "cpu" and kernel_unavailable() is None):
+            if device.type != "cpu":
+                raise ValueError(f"AdamW8bit's C kernel runs on the CPU, not {device.type}: use kernel='inductor'")
+            kernel_library()
+            return "c"
+        check_compile(device)
+        return "inductor"
 
     def _new_state(self, p: torch.Tensor) -> dict:
         n, dev = p.numel(), p.device
@@ -358,6 +267,7 @@ class AdamW8bit(torch.optim.Optimizer):
         todo = self._update_small_fp32(todo)
         if todo:
             buffers, numbers = self._buffers(todo), {}
+            todo = self._update_by_c_kernel(todo, buffers)
             for p, state, group in todo:
                 self._update(p, state, group, buffers, numbers)
         return loss
@@ -388,6 +298,32 @@ class AdamW8bit(torch.optim.Optimizer):
             )
         return rest
 
+    def _update_by_c_kernel(self, todo: list, buffers: list[torch.Tensor]) -> list:
+        """Update the whole blocks of the quantized fp32 and bf16 tensors the C kernel serves in one call of it (a
+        last block that is not whole eagerly); return the rest of `todo`."""
+        work, rest = [], []
+        for p, state, group in todo:
+            if self._fused_by(p, state) != "c":
+                rest.append((p, state, group))
+                continue
+            hyper = dict(step=state["step"], lr=group["lr"], betas=group["betas"], eps=group["eps"])
+            hyper["weight_decay"] = group["weight_decay"]
+            whole = p.numel() // BLOCK
+            codes = [state[key] for key in QUANTIZED_KEYS]
+            work.append((p, p.grad, *codes, whole, hyper_parameters(**hyper)))
+            if whole * BLOCK < p.numel():
+                self._eager_chunk(p, state, hyper, buffers, whole * BLOCK, p.numel())
+        update_checked_blocks(work)  # checked: dtypes (_fused_by), contiguity (step), the state's shapes (_check_state)
+        return rest
+
+    def _fused_by(self, p: torch.Tensor, state: dict) -> str | None:
+        """Which fused pass updates p's whole blocks: "c", "inductor", or None (the eager path: no compile, fp32
+        moments, or a weight or gradient dtype the C loop does not read)."""
+        kernel = self._kernels.get(p.device) if self.compile and "exp_avg_codes" in state else None
+        if kernel == "c" and not (p.dtype in DTYPES and p.grad.dtype in DTYPES):
+            return None
+        return kernel
+
     def _buffers(self, todo: list) -> list[torch.Tensor]:
         """The fp32 tensors every chunk of this step works in: m, v and sqrt(v) (only sqrt(v) if no moment is
         quantized), each as long as the largest chunk. Made once per step, not per chunk: a new tensor of a few
@@ -400,7 +336,7 @@ class AdamW8bit(torch.optim.Optimizer):
     def _eager_length(self, p: torch.Tensor, state: dict) -> int:
         """The most values of `p` that one chunk of the eager path updates: a chunk, or (compiled) what the
         fused pass leaves, a last block that is not whole or a last chunk of a single block (under 2 * BLOCK)."""
-        if self.compile and "exp_avg_codes" in state:
+        if self._fused_by(p, state):
             return min(p.numel(), 2 * BLOCK - 1)
         return min(self.chunk, p.numel())
 
@@ -413,7 +349,7 @@ class AdamW8bit(torch.optim.Optimizer):
         the same (a group's, at one step count): one small tensor a step, not one a parameter."""
         hyper = dict(step=state["step"], lr=group["lr"], betas=group["betas"], eps=group["eps"])
         hyper["weight_decay"] = group["weight_decay"]
-        if not (self.compile and "exp_avg_codes" in state):
+        if self._fused_by(p, state) != "inductor":
             for start in range(0, p.numel(), self.chunk):
                 self._eager_chunk(p, state, hyper, buffers, start, min(start + self.chunk, p.numel()))
             return
@@ -498,3 +434,19 @@ class AdamW8bit(torch.optim.Optimizer):
                     "resume with the optimizer that saved it"
                 )
             self.state[p] = {k: v.to(p.device) if torch.is_tensor(v) else v for k, v in saved.items()}
+            self._check_state(index, p, self.state[p])
+
+    @staticmethod
+    def _check_state(index: int, p: torch.Tensor, state: dict) -> None:
+        """Refuse a loaded state whose tensors are not the ones this parameter's state is made of (a checkpoint of
+        another model, or edited): the compiled step would read and write past their ends."""
+        n = p.numel()
+        expected = {"exp_avg": (torch.float32, n), "exp_avg_sq": (torch.float32, n)}
+        expected.update(exp_avg_codes=(M_CODE.dtype, n), exp_avg_sq_codes=(V_CODE.dtype, n))
+        expected.update(exp_avg_scales=(torch.float32, n_blocks(n)), exp_avg_sq_scales=(torch.float32, n_blocks(n)))
+        for key, tensor in state.items():
+            if key != "step" and ((tensor.dtype, tensor.numel()) != expected[key] or not tensor.is_contiguous()):
+                raise ValueError(
+                    f"parameter {index}'s saved {key} is {tensor.numel()} {tensor.dtype} values, where this parameter "
+                    f"({n} values) needs {expected[key][1]} {expected[key][0]}: the state is another model's"
+                )
