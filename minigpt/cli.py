@@ -276,7 +276,7 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
     """One flag per TrainConfig field a user sets."""
     add_step_shape_flags(p)
     add_field_flag(p, "accum", type=int, help="micro-batches per optimizer step")
-    add_field_flag(p, "compile", action="store_true", help="torch.compile the model (the first step compiles it)")
+    add_field_flag(p, "compile", action="store_true", help="torch.compile the model and fuse the 8-bit step")
     add_field_flag(p, "dropout", type=float)
     add_field_flag(p, "steps", type=int, help="optimizer steps in total")
     add_field_flag(p, "lr", type=float, help="peak learning rate (cosine decay to 10%% of it)")

@@ -33,7 +33,7 @@ class TrainConfig:
     accum: int = 1  # micro-batches per optimizer step
     ctx: int | None = None  # tokens per sequence (default: the preset's maximum)
     checkpointing: str = "none"  # none | full | sqrt | selective
-    compile: bool = False  # torch.compile the model: faster steps, fewer saved activations; the first step compiles
+    compile: bool = False  # torch.compile the model (the first step compiles), and fuse AdamW8bit's step into one pass
     loss_chunks: int = 1  # the loss head in N token chunks: the (tokens x vocabulary) logits never exist whole
     offload_activations: bool = False  # what autograd saves goes to pinned host memory (CUDA) or temp files (CPU)
     offload_dir: str | None = None  # --offload-activations on a CPU: where the temp file goes (default: TMPDIR)
