@@ -55,19 +55,38 @@ def test_the_threads_split_blocks_without_changing_a_number():
             assert torch.equal(x, y)
 
 
-def test_the_codes_square_roots_are_within_the_stated_bound():
+# The loop's code_sqrt has three forms, chosen when it is compiled: AVX-512's 14-bit estimate, AVX's 12-bit one,
+# or the exact sqrtf elsewhere (an ARM CPU, say). Each is built here by turning the instruction sets off.
+CODE_SQRT_FORMS = {"this CPU": (), "AVX, no AVX-512": ("-mno-avx512f",), "no AVX": ("-mno-avx",)}
+
+
+@pytest.fixture(scope="module", params=list(CODE_SQRT_FORMS))
+def loop_form(request, tmp_path_factory):
+    """The loop built with one form of code_sqrt (where this CPU has its instruction sets; else skipped)."""
+    flags = CODE_SQRT_FORMS[request.param]
+    if "-mno-avx512f" in flags and not torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
+        pytest.skip("this CPU has no AVX-512: its own build is the AVX form")
+    path = tmp_path_factory.mktemp("form") / "adamw8bit.so"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernel, "FLAGS", (*kernel.FLAGS, *flags))
+        kernel.build(kernel.c_compiler(), path)
+    return kernel.load(path)
+
+
+def test_the_codes_square_roots_are_within_the_stated_bound(loop_form, monkeypatch):
     """With 1 - beta1 = 1, beta2 = 0 and 1 - beta2 = 1, m = g and v = g^2, so both codes round a known number:
-    127 sqrt(|g| / max|g|) and 255 sqrt(sqrt(g^2) / sqrt(max g^2)) = 255 sqrt(|g| / max|g|). The loop's square
-    roots for codes are good to 2**-21 relative (a 12- or 14-bit estimate of 1/sqrt and one Newton step: the
-    error squares, 1.5 * (1.5 * 2**-12)**2 < 2**-22, plus a few roundings), the fp32 quotient it takes the root
-    of adds 2**-23: a code's argument, at most 255, is off by under 255 * 2**-20 = 2.5e-4. So every code is
-    exact (the float64 rounding) except where the exact argument lies within 2.5e-4 of a half-integer, and there
-    it is off by one at most."""
+    127 sqrt(|g| / max|g|) and 255 sqrt(sqrt(g^2) / sqrt(max g^2)) = 255 sqrt(|g| / max|g|). code_sqrt's error:
+    the estimate of 1/sqrt is within e = 1.5 * 2**-12 (AVX; AVX-512's 2**-14), one Newton step leaves 1.5 e**2
+    < 2**-22, and its five roundings add at most 5 * 2**-24 (the exact sqrtf: half an ulp); the fp32 quotient it
+    takes the root of adds 2**-24 more: under 2**-20 in all. A code's argument, at most 255, is then off by under
+    255 * 2**-20 = 2.5e-4. So every code is exact (the float64 rounding) except where the exact argument lies
+    within 2.5e-4 of a half-integer, and there it is off by one at most."""
     gen = torch.Generator().manual_seed(1)
     grad, blocks = torch.randn(256 * BLOCK, generator=gen), 256
     m_codes, v_codes = torch.zeros(grad.numel(), dtype=torch.int8), torch.zeros(grad.numel(), dtype=torch.uint8)
     m_scales, v_scales = torch.zeros(blocks), torch.zeros(blocks)  # zero moments: m = 0 + 1 * (g - 0) is g exactly
     hyper = [1.0, 1.0, 0.0, 1.0, 1.0, 1e-8, 0.0]  # decay 1, m = g, v = g^2, the weight untouched
+    monkeypatch.setattr(kernel, "kernel_library", lambda: loop_form)
     kernel.update_whole_blocks([(torch.zeros_like(grad), grad, m_codes, m_scales, v_codes, v_scales, blocks, hyper)])
     g = grad.double().view(-1, BLOCK).abs()
     ratio = (g / g.amax(dim=1, keepdim=True)).sqrt().view(-1)

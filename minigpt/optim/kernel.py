@@ -93,6 +93,12 @@ def kernel_library() -> ctypes.CDLL:
     path = library_path(compiler)
     if not path.exists():
         build(compiler, path)
+    return load(path)
+
+
+def load(path: Path) -> ctypes.CDLL:
+    """A built library, loaded, its function's arguments declared: update_tensors(n, tensors, dtypes, blocks,
+    hyper, threads), the four arrays passed as addresses."""
     library = ctypes.CDLL(str(path))
     library.update_tensors.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int]
     library.update_tensors.restype = None
