@@ -313,7 +313,8 @@ class AdamW8bit(torch.optim.Optimizer):
             work.append((p, p.grad, *codes, whole, hyper_parameters(**hyper)))
             if whole * BLOCK < p.numel():
                 self._eager_chunk(p, state, hyper, buffers, whole * BLOCK, p.numel())
-        update_checked_blocks(work)  # checked: dtypes (_fused_by), contiguity (step), the state's shapes (_check_state)
+        if work:  # checked: dtypes (_fused_by), contiguity (step), the state's shapes (_check_state)
+            update_checked_blocks(work)
         return rest
 
     def _fused_by(self, p: torch.Tensor, state: dict) -> str | None:
