@@ -186,6 +186,27 @@ def test_without_a_c_compiler_the_c_loop_says_so(monkeypatch):
         AdamW8bit([torch.nn.Parameter(torch.zeros(10))], compile=True, kernel="c")
 
 
+def test_a_compiler_named_by_cc_that_is_not_there_says_so(monkeypatch):
+    monkeypatch.setenv("CC", "no-such-compiler-here")
+    assert kernel.kernel_unavailable() == "the C compiler 'no-such-compiler-here' (from $CC) is not on the PATH"
+
+
+def test_an_unwritable_cache_says_where_and_what_to_do(tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")  # a file where the kernels' folder would go
+    with pytest.raises(ValueError, match="cannot write AdamW8bit's C kernel into .*set MINIGPT_CACHE"):
+        kernel.build(kernel.c_compiler(), blocked / "kernels" / "adamw8bit.so")
+
+
+def test_a_cached_library_that_cannot_load_is_built_again(monkeypatch, tmp_path):
+    monkeypatch.setenv("MINIGPT_CACHE", str(tmp_path))
+    path = kernel.library_path(kernel.c_compiler())
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"not a library")  # as a disk that filled up mid-write would leave it (without the rename)
+    library = kernel.kernel_library.__wrapped__()  # a fresh load, not the one this process already holds
+    assert library.update_tensors is not None and path.read_bytes()[:4] == b"\x7fELF"
+
+
 def test_a_failed_build_says_why_and_leaves_no_library(monkeypatch, tmp_path):
     """A compiler that fails: the error names it and its last message; no library (whole or half) is left."""
     path = tmp_path / "kernels" / "adamw8bit-test.so"
@@ -206,3 +227,13 @@ def test_the_build_is_cached_per_source_and_rebuilt_when_it_changes(monkeypatch,
     edited.write_text(kernel.SOURCE.read_text() + "\n/* edited */\n")
     monkeypatch.setattr(kernel, "SOURCE", edited)
     assert kernel.library_path(compiler) != path
+
+
+def test_a_device_added_later_gets_its_kernel_checked_at_its_first_step():
+    """add_param_group with a parameter on another device: its kernel is chosen (and refused, for "c" off the CPU)
+    when it is first stepped, never silently left eager."""
+    opt = AdamW8bit([torch.nn.Parameter(torch.zeros(BLOCK * 16))], compile=True, kernel="c")
+    elsewhere = torch.nn.Parameter(torch.zeros(BLOCK * 16, device="meta"))
+    opt.add_param_group({"params": [elsewhere]})
+    with pytest.raises(ValueError, match="runs on the CPU, not meta"):
+        opt._fused_by(elsewhere, {"exp_avg_codes": None})

@@ -212,9 +212,9 @@ class AdamW8bit(torch.optim.Optimizer):
         if kernel != "auto" and not compile:
             raise ValueError(f"kernel={kernel!r} chooses how compile=True fuses the step: pass compile=True too")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
-        self.min_quantized, self.chunk, self.compile = min_quantized, chunk, compile
+        self.min_quantized, self.chunk, self.compile, self.kernel = min_quantized, chunk, compile, kernel
         self._chunks: dict[torch.Tensor, tuple] = {}  # per parameter: _compiled_chunks' views, made once
-        self._kernels = {}  # per device: "c" or "inductor"
+        self._kernels = {}  # per device: "c" or "inductor" (a device added later by add_param_group: at its first step)
         if compile:
             for device in {p.device for group in self.param_groups for p in group["params"]}:
                 self._kernels[device] = self._kernel_for(device, kernel)
@@ -320,7 +320,11 @@ class AdamW8bit(torch.optim.Optimizer):
     def _fused_by(self, p: torch.Tensor, state: dict) -> str | None:
         """Which fused pass updates p's whole blocks: "c", "inductor", or None (the eager path: no compile, fp32
         moments, or a weight or gradient dtype the C loop does not read)."""
-        kernel = self._kernels.get(p.device) if self.compile and "exp_avg_codes" in state else None
+        if not (self.compile and "exp_avg_codes" in state):
+            return None
+        if p.device not in self._kernels:
+            self._kernels[p.device] = self._kernel_for(p.device, self.kernel)
+        kernel = self._kernels[p.device]
         if kernel == "c" and not (p.dtype in DTYPES and p.grad.dtype in DTYPES):
             return None
         return kernel

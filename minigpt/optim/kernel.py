@@ -46,8 +46,11 @@ def kernel_unavailable() -> str | None:
     """Why the C kernel cannot be built here, in a phrase; None where it can (Linux and a C compiler)."""
     if sys.platform != "linux":
         return f"the C kernel is built on Linux only (this is {sys.platform})"
-    if c_compiler() is None:
+    compiler = c_compiler()
+    if compiler is None:
         return "there is no C compiler on the PATH (cc, gcc or clang; or set CC)"
+    if not shutil.which(compiler):
+        return f"the C compiler {compiler!r} (from $CC) is not on the PATH"
     return None
 
 
@@ -66,8 +69,14 @@ def library_path(compiler: str) -> Path:
 def build(compiler: str, path: Path) -> None:
     """Compile SOURCE into the shared library `path`: into a temporary file first, then renamed, so another process
     never loads a half-written library."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".so.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".so.tmp")
+    except OSError as e:
+        raise ValueError(
+            f"cannot write AdamW8bit's C kernel into {path.parent} ({e.strerror}): "
+            "set MINIGPT_CACHE to a writable folder"
+        ) from None
     os.close(handle)
     try:
         done = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", temporary], capture_output=True, text=True)
@@ -93,7 +102,11 @@ def kernel_library() -> ctypes.CDLL:
     path = library_path(compiler)
     if not path.exists():
         build(compiler, path)
-    return load(path)
+    try:
+        return load(path)
+    except OSError:  # a library that cannot be loaded (a disk that filled up, an edit): built again, once
+        build(compiler, path)
+        return load(path)
 
 
 def load(path: Path) -> ctypes.CDLL:
