@@ -6,6 +6,8 @@ out here, the loss against F.cross_entropy on the whole logits, the bytes agains
 and of torch's and the course's optimizers after a step.
 """
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -23,10 +25,16 @@ HINTS = {  # the hints of solutions/ch09_toolbox.py, shown under a wrong answer
 }
 
 
+def _powers_of_two(n: int, low: int, high: int, g: torch.Generator) -> torch.Tensor:
+    """n random powers of two 2**low .. 2**high, exact: made without exp or pow, whose last bit differs between CPUs
+    (the stored outcomes are found by the inputs' bits, so an input must be the same on every machine)."""
+    return torch.tensor([2.0**k for k in torch.randint(low, high + 1, (n,), generator=g).tolist()])
+
+
 def _moment(n: int, seed: int = 0) -> torch.Tensor:
     """A moment-like tensor: values spread over several decades, a few outliers, some exact zeros."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, generator=g) * torch.exp(torch.randn(n, generator=g) * 2)
+    x = torch.randn(n, generator=g) * _powers_of_two(n, -6, 6, g)
     x[::97] = 0.0
     return x
 
@@ -275,7 +283,8 @@ def _clear_of_ties(x: torch.Tensor, block: int, power: int, margin: float = 2e-3
             continue
         t = 127 * (b.abs() / scale) ** (1 / power)
         near = ((t - t.floor()) - 0.5).abs() < margin
-        b[near] = torch.sign(b[near]) * scale * (t[near].round() / 127) ** power
+        q = t[near].round() / 127
+        b[near] = torch.sign(b[near]) * scale * math.prod([q] * power)  # products, not pow: the same bits anywhere
     return flat.float().reshape(x.shape)
 
 
@@ -290,7 +299,8 @@ def _codes_input(shape: tuple[int, ...], block: int, power: int, seed: int, ties
             b = x[start : start + block]  # a view: the changes land in x
             top_at = int(b.abs().argmax())
             if b[top_at] != 0:
-                b[top_at] = torch.sign(b[top_at]) * 2.0 ** torch.ceil(torch.log2(b[top_at].abs()))
+                mantissa, exponent = torch.frexp(b[top_at].abs())  # |top| = mantissa * 2**exponent, exactly
+                b[top_at] = torch.sign(b[top_at]) * 2.0 ** (int(exponent) - int(mantissa == 0.5))  # up to 2**k
     x = _clear_of_ties(x, block, power)
     if ties:
         for start in range(0, x.numel(), block):
@@ -314,7 +324,7 @@ def _random_codes(n: int, seed: int) -> torch.Tensor:
 def _random_scales(n: int, seed: int) -> torch.Tensor:
     """fp32 scales over several decades, one of them 0 (an all-zero block)."""
     g = torch.Generator().manual_seed(seed)
-    scales = torch.exp(torch.randn(n, generator=g) * 3)
+    scales = (0.5 + torch.rand(n, generator=g)) * _powers_of_two(n, -12, 12, g)
     scales[n // 2] = 0.0
     return scales
 
