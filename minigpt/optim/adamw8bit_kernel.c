@@ -89,7 +89,7 @@ static float from_bits(uint32_t u) {
 
 /* One block. h: decay factor, 1 - beta1, beta2, 1 - beta2, 1 / sqrt(bias correction 2), eps,
    -lr / bias correction 1 (adamw8bit.hyper_parameters). An fp32 weight and gradient are worked on where they
-   are; a bf16 one through an fp32 copy in `copy`. */
+   are; a bf16 one through an fp32 copy (p_copy, g_copy). */
 static void update_block(void *param, int param_dtype, const void *grad, int grad_dtype, int8_t *m_codes,
                          float *m_scale, uint8_t *v_codes, float *v_scale, const float *h) {
     float p_copy[BLOCK], g_copy[BLOCK], m[BLOCK], v[BLOCK], root[BLOCK];
